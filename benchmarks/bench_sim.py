@@ -1,0 +1,72 @@
+"""Simulator throughput (issue 3, section 8).
+
+1. Timing only: 10,000 workers x 1,000 iterations of fastest-k (late workers abandon: one vectorised pass) and the
+   same with late workers finishing their work (one vectorised step per iteration). Target: under 2 s.
+2. Full training: least squares, n = 100 workers, d = 1000, mini-batches of 10 samples per partition, in iterations
+   per second. Target: >= 500/s. Baseline in the same run: the bare gradient computation of the same partitions
+   (what any simulator must spend), so the ratio is the simulator's own overhead.
+
+    python benchmarks/bench_sim.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gradcode import make_delay, make_scheme, make_workload, simulate
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "sim.json"))
+    args = parser.parse_args()
+    delay = make_delay("shifted_exponential", mu=1.0)
+    rows = []
+
+    n, iters = 10_000, 1_000
+    for late in ("abandon", "finish"):
+        scheme = make_scheme("fastest_k", n=n, k=9_000)
+        sec = timed(lambda s=scheme, lw=late: simulate(s, delay, iterations=iters, seed=0, late_workers=lw),
+                    args.repeats)
+        rows.append({"case": f"timing only, n={n}, {iters} iterations, late workers {late}", "seconds": sec,
+                     "target": "< 2 s", "met": sec < 2.0})
+
+    wl = make_workload("least_squares", n_samples=20_000, dim=1000, seed=0)
+    n, iters, batch = 100, 300, 10
+    w = wl.init_params()
+    for name, params in (("sync", {}), ("fastest_k", {"k": 80}),
+                         ("coded", {"code": "cyclic_repetition", "s": 3})):
+        scheme = make_scheme(name, n=n, batch=batch, **params)
+        sec = timed(lambda s=scheme: simulate(s, delay, wl, iterations=iters, seed=0, loss_every=50), args.repeats)
+        parts = scheme.plan(0).k_parts
+        base = timed(lambda p=parts: [wl.gradients(w, t, range(p), p, batch) for t in range(iters)], args.repeats)
+        rows.append({"case": f"training {name}, least squares n={n}, d=1000, batch {batch}",
+                     "iterations_per_second": iters / sec, "baseline_gradients_per_second": iters / base,
+                     "ratio_to_baseline": base / sec, "target": ">= 500/s", "met": iters / sec >= 500})
+
+    for row in rows:
+        shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+        print(json.dumps(shown))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()

@@ -1,0 +1,43 @@
+"""Checking keyword parameters against a constructor, so that a typo in a spec is an error that lists the accepted
+names instead of a ``TypeError`` traceback."""
+
+from __future__ import annotations
+
+import inspect
+
+from .errors import ConfigError
+
+
+def accepted_params(cls) -> list[str]:
+    """Keyword parameters of ``cls(...)``, following ``**kwargs`` up the class hierarchy."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names += [p.name for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return list(dict.fromkeys(names))
+
+
+def required_params(cls) -> list[str]:
+    """Keyword-only parameters of ``cls.__init__`` without a default."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+
+
+def check_params(cls, params: dict, what: str, *, extra: tuple[str, ...] = (), allow_unknown: bool = False) -> None:
+    """Raise :class:`ConfigError` if ``params`` lacks a required key or has one that ``cls`` does not accept."""
+    accepted = accepted_params(cls) + list(extra)
+    missing = [name for name in required_params(cls) if name not in params]
+    if missing:
+        raise ConfigError(f"{what}: missing required parameter{'s' if len(missing) > 1 else ''} "
+                          f"{', '.join(map(repr, missing))}")
+    unknown = [] if allow_unknown else [key for key in params if key not in accepted]
+    if unknown:
+        raise ConfigError(
+            f"{what}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"accepted: {', '.join(accepted)}"
+        )

@@ -1,0 +1,87 @@
+"""The ``gradcode`` command line: ``demo``, ``list``, ``simulate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import GradcodeError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gradcode", description="straggler-tolerant distributed gradient descent")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="build every code, lose stragglers, decode, print residuals")
+    sub.add_parser("list", help="list codes, schemes, delay models and workloads")
+    sim = sub.add_parser("simulate", help="run one scheme of a spec on the simulated cluster")
+    sim.add_argument("spec", help="experiment spec (TOML)")
+    sim.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
+    sim.add_argument("--iterations", type=int, help="override [run] iterations")
+    sim.add_argument("--seed", type=int, help="override [run] seed")
+    sim.add_argument("--workers", type=int, help="override [cluster] workers")
+    sim.add_argument("--scheme", type=int, default=0, help="which [[schemes]] entry to run (default 0)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except GradcodeError as err:
+        print(f"gradcode {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _demo(args) -> int:
+    from .demo import main as demo
+
+    demo()
+    return 0
+
+
+def _list(args) -> int:
+    from . import list_codes, list_delays, list_schemes, list_workloads
+
+    for title, table in (("codes", list_codes()), ("schemes", list_schemes()), ("delay models", list_delays()),
+                         ("workloads", list_workloads())):
+        print(f"{title}:")
+        for name, text in table.items():
+            print(f"  {name:<22} {text}")
+    return 0
+
+
+def _simulate(args) -> int:
+    from .sim import simulate
+    from .spec import build, load_spec, run_kwargs
+
+    spec = load_spec(args.spec)
+    if args.workers is not None:
+        spec.workers = args.workers
+        spec.cluster["workers"] = args.workers
+    for key in ("iterations", "seed"):
+        if getattr(args, key) is not None:
+            spec.run[key] = getattr(args, key)
+    if not 0 <= args.scheme < len(spec.schemes):
+        raise_index = f"--scheme {args.scheme}: the spec has {len(spec.schemes)} scheme(s), 0..{len(spec.schemes) - 1}"
+        print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
+        return 2
+    schemes, delay, workload = build(spec, scheme_index=args.scheme)
+    kwargs = run_kwargs(spec)
+    result = simulate(schemes[0], delay, workload, progress=True, **kwargs)
+    out = result.write(args.out)
+    (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")
+    _print_summary(result.summary)
+    print(f"\nwrote {Path(out) / 'records.jsonl'} and {Path(out) / 'summary.json'}")
+    return 0
+
+
+def _print_summary(summary: dict) -> None:
+    width = max(len(k) for k in summary)
+    for key, value in summary.items():
+        shown = f"{value:.6g}" if isinstance(value, float) else value
+        print(f"  {key:<{width}}  {shown}")
+
+
+_COMMANDS = {"demo": _demo, "list": _list, "simulate": _simulate}

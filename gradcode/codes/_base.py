@@ -1,0 +1,304 @@
+"""The shared algorithm of every gradient code: validation, decoding by method, residuals, caching, combining.
+
+A code is an ``(n, k)`` encoding matrix ``B``. Worker ``i`` holds the partitions in the support of row ``i`` and
+sends ``y_i = sum_j B[i, j] g_j``. From the responders ``F`` the master wants weights ``a`` with ``a^T B_F = 1^T``,
+so that ``sum_{i in F} a_i y_i = sum_j g_j``. Every decoding reports its residual
+
+    residual = ||B_F^T a - 1||_2 / sqrt(k),
+
+and an exact decode whose residual exceeds ``tol`` raises :class:`IllConditionedError` instead of returning a
+wrong gradient (REFERENCES section 5, numerical stability).
+
+Concrete codes differ only in construction (``_build``) and, where they have a faster or more stable decoder than
+least squares, in ``_exact_weights`` / ``_optimal_weights`` / ``_one_step_weights``. Everything else lives here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+import scipy.sparse
+
+from ..errors import ConfigError, IllConditionedError, NotDecodableError, check_float, check_int
+
+METHODS = ("auto", "exact", "optimal", "one_step")
+
+
+class Decoding(NamedTuple):
+    """The result of decoding one responder set.
+
+    ``weights`` is ``(n,)``, zero outside the responders; ``method`` is the method actually used (``auto``
+    resolves to ``exact`` or ``optimal``); ``residual`` is ``||B_F^T a - 1||_2 / sqrt(k)``.
+    """
+
+    weights: np.ndarray
+    residual: float
+    method: str
+
+
+class _Code:
+    """Base class: subclasses set ``name``, ``description``, ``exact`` and implement ``_build(rng) -> B``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    exact: ClassVar[bool] = True
+
+    def __init__(self, n: int, s: int, *, seed: int | None = 0, tol: float = 1e-8, cache_size: int = 4096):
+        self.n = check_int("n", n, low=1)
+        self.s = check_int("s", s, low=0)
+        if self.s >= self.n:
+            raise ConfigError(
+                f"{self.name}: s must be smaller than n (s = {self.s} stragglers among n = {self.n} workers); "
+                f"accepted: 0 <= s <= {self.n - 1}"
+            )
+        self.tol = check_float("tol", tol, low=0.0, low_open=True)
+        self.seed = seed
+        self._cache_size = check_int("cache_size", cache_size, low=1)
+        self._check()
+        B = np.array(self._build(np.random.default_rng(seed)))
+        B.setflags(write=False)
+        self.B = B
+        self.k = B.shape[1]
+        self._B_sparse = scipy.sparse.csr_array(B)
+        self._supports = tuple(tuple(int(j) for j in np.flatnonzero(B[i])) for i in range(self.n))
+        self._cache: OrderedDict = OrderedDict()
+
+    # --- construction hooks --------------------------------------------------------------------------------
+    def _check(self) -> None:
+        """Raise :class:`ConfigError` for parameter combinations the code cannot be built with."""
+
+    def _build(self, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    # --- what a worker holds and sends ---------------------------------------------------------------------
+    @property
+    def is_complex(self) -> bool:
+        """True if ``B`` is complex: every message is then two real vectors (twice the communication)."""
+        return np.iscomplexobj(self.B)
+
+    def support(self, i: int) -> tuple[int, ...]:
+        """Partitions that worker ``i`` computes."""
+        i = check_int("worker", i, low=0, high=self.n - 1)
+        return self._supports[i]
+
+    @property
+    def load(self) -> float:
+        """Mean number of partitions a worker computes."""
+        return float(np.mean([len(sup) for sup in self._supports]))
+
+    def encode(self, partials: np.ndarray) -> np.ndarray:
+        """``(k, d)`` partial gradients -> ``(n, d)`` messages, row ``i`` = ``sum_j B[i, j] partials[j]``."""
+        partials = self._check_partials(partials)
+        return self._B_sparse @ partials
+
+    def encode_row(self, i: int, partials: np.ndarray) -> np.ndarray:
+        """Worker ``i``'s message from the partial gradients of its support only (``(len(support(i)), d)``)."""
+        sup = self.support(i)
+        partials = np.asarray(partials)
+        if partials.shape[:1] != (len(sup),):
+            raise ConfigError(
+                f"worker {i} holds partitions {sup}: expected {len(sup)} partial gradients, got shape "
+                f"{partials.shape}"
+            )
+        return self.B[i, list(sup)] @ partials
+
+    def _check_partials(self, partials) -> np.ndarray:
+        partials = np.asarray(partials)
+        if partials.ndim not in (1, 2) or partials.shape[0] != self.k:
+            raise ConfigError(f"partials must have shape (k, d) = ({self.k}, d), got {partials.shape}")
+        if not np.all(np.isfinite(partials)):
+            raise ConfigError("partials contain NaN or infinity")
+        return partials
+
+    # --- decoding -------------------------------------------------------------------------------------------
+    def decode(self, responders, method: str = "auto") -> np.ndarray:
+        """``(n,)`` decoding weights, zero outside ``responders``, with ``a @ B ~ 1`` (read-only array)."""
+        return self.decoding(responders, method).weights
+
+    def residual(self, responders, method: str = "auto") -> float:
+        """``||B_F^T a - 1||_2 / sqrt(k)`` for the weights :meth:`decode` returns."""
+        return self.decoding(responders, method).residual
+
+    def is_decodable(self, responders) -> bool:
+        """True if an exact decode of ``responders`` succeeds within ``tol``."""
+        try:
+            self.decoding(responders, "exact")
+        except NotDecodableError:
+            return False
+        return True
+
+    def decoding(self, responders, method: str = "auto") -> Decoding:
+        """Decode ``responders`` with ``method``; cached per (method, responder set), least recently used first out.
+
+        Methods: ``exact`` (raise :class:`NotDecodableError` if the set cannot give the exact sum), ``optimal``
+        (least-squares weights, any set), ``one_step`` (one fixed scaling), ``auto`` (``exact`` where the code is
+        exact and the set decodable, else ``optimal``).
+        """
+        # Fast path: the same responder list seen before costs one dictionary lookup.
+        fast_key = self._fast_key(responders, method)
+        hit = self._cache.get(fast_key) if fast_key is not None else None
+        if hit is not None:
+            self._cache.move_to_end(fast_key)
+            if isinstance(hit, NotDecodableError):
+                # Strip the traceback of earlier raises: re-raising the cached exception object appends
+                # frames to it every time (unbounded growth, keeping every raising frame's locals alive).
+                raise hit.with_traceback(None)
+            return hit
+        if method not in METHODS:
+            raise ConfigError(f"unknown decoding method {method!r}; accepted: {', '.join(METHODS)}")
+        F = self._responders(responders)
+        key = (method, F.dtype.str, F.tobytes())
+        if key in self._cache:
+            result = self._cache[key]
+        else:
+            try:
+                result = self._decode(F, method)
+            except NotDecodableError as err:
+                result = err
+            self._remember(key, result)
+        if fast_key is not None and fast_key != key:
+            self._remember(fast_key, result)
+        if isinstance(result, NotDecodableError):
+            raise result.with_traceback(None)
+        return result
+
+    @staticmethod
+    def _fast_key(responders, method: str):
+        """A hashable key for the responders exactly as given (order and type), or None if there is none."""
+        if isinstance(responders, np.ndarray):
+            if responders.ndim != 1:
+                return None
+            return (method, responders.dtype.str, responders.tobytes())
+        if isinstance(responders, (list, tuple)):
+            # 1.0 == 1 and True == 1 hash alike: without this check [0.0, 1.0] would hit the entry of [0, 1] and
+            # skip validation. Non-integers get no fast key, so they reach _responders and are rejected there.
+            if not all(type(r) is int or isinstance(r, np.integer) for r in responders):
+                return None
+            try:
+                key = (method, tuple(responders))
+                hash(key)
+            except TypeError:
+                return None
+            return key
+        return None
+
+    def _remember(self, key, value) -> None:
+        self._cache[key] = value
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _responders(self, responders) -> np.ndarray:
+        """Validate a responder set; return it sorted as an int64 array."""
+        if isinstance(responders, (str, bytes)) or not hasattr(responders, "__len__"):
+            raise ConfigError(f"responders must be a sequence of worker indices, got {type(responders).__name__}")
+        arr = np.asarray(responders)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ConfigError(
+                f"responders must be a 1-D sequence of integer worker indices, got {np.asarray(responders).dtype} "
+                f"with shape {arr.shape}"
+            )
+        F = np.sort(arr.astype(np.int64))
+        if F.size and (F[0] < 0 or F[-1] >= self.n):
+            bad = F[(F < 0) | (F >= self.n)]
+            raise ConfigError(f"responders out of range: {bad.tolist()}; workers are 0..{self.n - 1}")
+        dup = F[1:][F[1:] == F[:-1]]
+        if dup.size:
+            raise ConfigError(f"responders contain duplicates: {sorted(set(dup.tolist()))}")
+        return F
+
+    def _decode(self, F: np.ndarray, method: str) -> Decoding:
+        if method == "auto":
+            if self.exact:
+                try:
+                    return self._decode(F, "exact")
+                except NotDecodableError:
+                    pass  # not decodable, or ill-conditioned: fall back to the best approximation, and say so
+            method = "optimal"
+        if method == "exact":
+            if not self.exact:
+                raise NotDecodableError(f"{self.name} is an approximate code: it has no exact decoder; use "
+                                        "method='optimal' or 'one_step'")
+            a = self._exact_weights(F)
+        elif method == "optimal":
+            a = self._optimal_weights(F)
+        else:
+            a = self._one_step_weights(F)
+        weights = np.zeros(self.n, dtype=np.result_type(self.B.dtype, np.asarray(a).dtype))
+        weights[F] = a
+        weights.setflags(write=False)
+        r = self._residual_of(F, weights[F])
+        if method == "exact" and not r <= self.tol:
+            if len(F) < self.n - self.s:
+                raise self._not_decodable(F)
+            raise IllConditionedError(
+                f"{self.name}(n={self.n}, s={self.s}): exact decode of {len(F)} responders has residual {r:.3g} > "
+                f"tol {self.tol:.3g} (ill-conditioned); wait for more workers or decode with method='optimal'",
+                residual=r,
+            )
+        return Decoding(weights, r, method)
+
+    def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
+        v = self.B[F].T @ a - 1.0
+        return float(np.linalg.norm(v) / np.sqrt(self.k))
+
+    def _not_decodable(self, F: np.ndarray) -> NotDecodableError:
+        need = self.n - self.s
+        missing = tuple(int(i) for i in np.setdiff1d(np.arange(self.n), F)[: need - len(F)])
+        return NotDecodableError(
+            f"{self.name}(n={self.n}, s={self.s}) needs at least n - s = {need} responders for an exact decode, "
+            f"got {len(F)}; for example add workers {list(missing)}",
+            needed=need,
+            missing=missing,
+        )
+
+    # --- decoders (override where a code knows better) ------------------------------------------------------
+    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
+        """Solve ``B_F^T a = 1`` by least squares; the caller checks the residual."""
+        if len(F) == 0:
+            raise self._not_decodable(F)
+        return self._optimal_weights(F)
+
+    def _optimal_weights(self, F: np.ndarray) -> np.ndarray:
+        """``argmin_a ||B_F^T a - 1||_2`` (minimum-norm solution)."""
+        if len(F) == 0:
+            return np.zeros(0)
+        ones = np.ones(self.k, dtype=self.B.dtype)
+        a, *_ = np.linalg.lstsq(self.B[F].T, ones, rcond=None)
+        return a
+
+    def _one_step_weights(self, F: np.ndarray) -> np.ndarray:
+        """One fixed scaling ``c`` for every responder, chosen so the mean coefficient of ``B_F^T a`` is 1."""
+        total = self.B[F].sum()
+        c = self.k / total if len(F) and total != 0 else 0.0
+        return np.full(len(F), c)
+
+    # --- combining ------------------------------------------------------------------------------------------
+    def combine(self, messages: np.ndarray, responders, method: str = "auto") -> np.ndarray:
+        """``(len(responders), d)`` messages -> ``(d,)`` estimate of ``partials.sum(axis=0)``.
+
+        Row ``r`` of ``messages`` is the message of worker ``responders[r]``.
+        """
+        weights = self.decode(responders, method)
+        messages = np.asarray(messages)
+        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
+            raise ConfigError(
+                f"messages must have one row per responder: expected shape ({len(responders)}, d), got "
+                f"{messages.shape}"
+            )
+        w = weights[np.asarray(responders, dtype=np.int64)]
+        # A non-finite message poisons the output (even with weight 0, 0 * inf = nan), so checking the (d,) result
+        # finds every bad message at a fraction of the cost of scanning all of them. The error below reports it;
+        # numpy's "invalid value" warning would only be noise.
+        with np.errstate(invalid="ignore", over="ignore"):
+            out = w @ messages
+        if not np.all(np.isfinite(out)):
+            bad = [int(r) for r, m in zip(responders, messages) if not np.all(np.isfinite(m))]
+            raise ConfigError(f"non-finite values (NaN or infinity) in the messages of workers {bad}")
+        return out.real if np.iscomplexobj(out) else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k}, seed={self.seed})"

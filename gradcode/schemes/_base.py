@@ -1,0 +1,147 @@
+"""The scheme interface: the four answers of DESIGN.md that every straggler-mitigation method gives.
+
+1. **plan** (:meth:`Scheme.plan`): what each worker computes at iteration ``t`` - its partitions, its load, and for
+   DropCompute the micro-batches and the local time limit;
+2. **encode** (:meth:`Scheme.message`): how worker ``i`` turns its partial gradients into its one message;
+3. **stop** (:meth:`Scheme.done` / :meth:`Scheme.stop_index`): may the iteration end with these responders?
+4. **combine and adapt** (:meth:`Scheme.combine`, :meth:`Scheme.adapt`): the gradient estimate from the received
+   messages, and what the scheme learns for the next iteration.
+
+A scheme keeps its hyper-parameters (``self.params``, fixed and validated on construction) apart from the state that
+changes during a run (``self.state``, restored by :meth:`Scheme.reset`), and reports that state in every record
+(:meth:`Scheme.record`). Schemes know nothing of clocks or MPI: the simulated cluster (``gradcode.sim``) and the MPI
+cluster (``mpi_runtime``) drive the same objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, check_int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every worker computes in one iteration.
+
+    ``parts[i]`` are the data partitions worker ``i`` computes, out of ``k_parts`` partitions of the data, each on a
+    mini-batch of ``batch`` samples (``None``: the whole partition). ``load[i]`` is worker ``i``'s computation in
+    units of the delay model (one unit = one partition's mini-batch at the run's reference batch size).
+    ``micro_batches`` > 0 marks a decentralized micro-batch plan (DropCompute): worker ``i``'s micro-batch ``m`` is
+    partition ``i * micro_batches + m``, and ``tau`` is its local time limit (``inf``: no limit).
+    """
+
+    t: int
+    parts: tuple[tuple[int, ...], ...]
+    k_parts: int
+    load: np.ndarray
+    batch: int | None = None
+    micro_batches: int = 0
+    tau: float = float("inf")
+    deadline: float = float("inf")
+
+
+@dataclass
+class Combined:
+    """A gradient estimate and what decoding it cost: residual (0 for uncoded averaging), method, weights used."""
+
+    gradient: np.ndarray
+    residual: float = 0.0
+    method: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Scheme:
+    """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` and ``combine``."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    decentralized: ClassVar[bool] = False
+
+    def __init__(self, n: int, *, batch: int | None = None):
+        self.n = check_int("n", n, low=1)
+        self.batch = None if batch is None else check_int("batch", batch, low=1)
+        self.state: Any = None
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Restore the initial state, so that running the same scheme twice gives the same run."""
+        self.state = self._initial_state()
+
+    def _initial_state(self) -> Any:
+        """A fresh state object (schemes that adapt override this)."""
+        return None
+
+    def bind(self, *, delay=None) -> None:
+        """Give the scheme what it may need from the cluster (the delay model, for schemes that plan with it)."""
+
+    # --- 1. plan --------------------------------------------------------------------------------------------
+    def plan(self, t: int) -> Plan:
+        """One partition per worker, load 1: the plan of every uncoded master scheme."""
+        parts = tuple((i,) for i in range(self.n))
+        return Plan(t=t, parts=parts, k_parts=self.n, load=np.ones(self.n), batch=self.batch)
+
+    # --- 2. encode ------------------------------------------------------------------------------------------
+    def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
+        """Worker ``i``'s message from the partial gradients of ``plan.parts[i]``: their plain sum."""
+        return np.asarray(partials).sum(axis=0)
+
+    def messages(self, partials: np.ndarray, responders, plan: Plan) -> np.ndarray:
+        """The messages of ``responders`` from the ``(k_parts, d)`` partial gradients of every partition, as a
+        ``(len(responders), d)`` array (what the simulator, which computes each partition once, needs)."""
+        return np.stack([self.message(int(i), partials[list(plan.parts[i])], plan) for i in responders])
+
+    # --- 3. stop --------------------------------------------------------------------------------------------
+    def stop_count(self) -> int | None:
+        """If the stop rule is "the first m arrivals", that ``m``; ``None`` if it depends on who arrived."""
+        return None
+
+    def done(self, responders) -> bool:
+        """May the iteration end, given the responders so far (in arrival order)?"""
+        m = self.stop_count()
+        return m is not None and len(responders) >= m
+
+    def stop_index(self, order) -> int | None:
+        """Number of first arrivals of ``order`` after which the iteration ends; ``None`` if never.
+
+        The default uses :meth:`stop_count` or a binary search over prefixes, valid because every stop rule here is
+        monotone: a superset of a sufficient responder set is sufficient.
+        """
+        m = self.stop_count()
+        if m is not None:
+            return m if m <= len(order) else None
+        if not self.done(order):
+            return None
+        lo, hi = 1, len(order)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.done(order[:mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # --- 4. combine and adapt -------------------------------------------------------------------------------
+    def combine(self, messages: np.ndarray, responders, plan: Plan) -> Combined:
+        raise NotImplementedError
+
+    def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:
+        """Learn from iteration ``t`` (its estimate and its duration). Most schemes learn nothing."""
+
+    def record(self) -> dict[str, Any]:
+        """The state to report in this iteration's record (``k``, ``tau``, ``stage``, ... where relevant)."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n})"
+
+
+def check_k(k, n: int, what: str = "k") -> int:
+    """``1 <= k <= n``, with a message that says so."""
+    k = check_int(what, k)
+    if not 1 <= k <= n:
+        raise ConfigError(f"{what} must satisfy 1 <= {what} <= n = {n}, got {what} = {k}")
+    return k

@@ -1,0 +1,158 @@
+"""DropCompute (Giladi et al., arXiv 2306.10598, NeurIPS 2023): each worker drops the rest of its compute once a
+local timer passes ``tau``, then the usual All-Reduce follows. Decentralized: no master decides anything.
+
+Every worker runs ``M`` micro-batches per step (gradient accumulation); worker ``i``'s micro-batch ``m`` is data
+partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (REFERENCES section 4):
+
+- ``official`` (the official code): before each micro-batch and again between its forward and backward pass
+  (forward = ``forward_share`` of the micro-batch); a micro-batch interrupted after its forward is wasted;
+- ``before_microbatch``: only before each micro-batch;
+- ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain).
+
+The summed gradient is divided by ``N*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
+by the number computed. No dropping in the first ``warmup`` steps. ``tau='auto'`` records every micro-batch time for
+``record_steps`` steps after the warm-up, then picks, among ``candidates`` thresholds from the smallest to the largest
+cumulative time, the one that maximises throughput ``(1 - drop rate) * (T_old / T_new)``. The official rule predicts
+``T_new`` as if the micro-batch crossing ``tau`` were dropped for free (optimistic); ``auto_rule='replay'`` (the
+default) instead replays the recorded times through this scheme's own timer checks, so the prediction is what the
+workers will do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError, check_float, check_int
+from ._base import Combined, Plan, Scheme
+
+CHECKS = ("official", "before_microbatch", "idealized")
+
+
+def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_share: float = 1 / 3):
+    """Micro-batches completed and the compute time of each worker under a local limit ``tau``.
+
+    ``micro`` is ``(..., M)`` micro-batch times; returns ``(counts, times)`` of shape ``micro.shape[:-1]``.
+    """
+    micro = np.asarray(micro, dtype=float)
+    M = micro.shape[-1]
+    end = np.cumsum(micro, axis=-1)
+    total = end[..., -1]
+    if not np.isfinite(tau):
+        return np.full(total.shape, M), total
+    begin = end - micro
+    if check == "idealized":
+        return (end <= tau).sum(axis=-1), np.minimum(total, tau)
+    if check == "before_microbatch":
+        crossed = begin >= tau
+        stop_at = begin
+    else:  # official: check before the micro-batch and after its forward pass
+        crossed = begin + forward_share * micro >= tau
+        stop_at = np.where(begin >= tau, begin, begin + forward_share * micro)
+    # index of the first micro-batch at which the worker stops (M if never)
+    first = np.where(crossed.any(axis=-1), crossed.argmax(axis=-1), M)
+    idx = np.minimum(first, M - 1)[..., None]
+    times = np.where(first < M, np.take_along_axis(stop_at, idx, axis=-1)[..., 0], total)
+    return first, times
+
+
+def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share: float, candidates: int,
+               rule: str) -> float:
+    """The throughput-maximising ``tau`` from recorded micro-batch times ``micro`` (steps, N, M) and per-worker
+    communication ``comm`` (steps, N)."""
+    steps, N, M = micro.shape
+    end = np.cumsum(micro, axis=-1)
+    old = np.mean(np.max(end[..., -1] + comm, axis=1))
+    grid = np.linspace(end.min(), end.max(), candidates)
+    best_tau, best_gain = float("inf"), 1.0
+    for tau in grid:
+        if rule == "official":
+            kept = np.where(end < tau, end, 0.0)
+            new_times, done = kept.max(axis=-1), (end < tau).sum(axis=-1)
+        else:
+            done, new_times = local_stop(micro, tau, check, forward_share)
+        new = np.mean(np.max(new_times + comm, axis=1))
+        gain = done.sum() / (steps * N * M) * old / new if new > 0 else 0.0
+        if gain > best_gain:
+            best_tau, best_gain = float(tau), gain
+    return best_tau
+
+
+@dataclass
+class DropComputeState:
+    tau: float
+    recorded: list = field(default_factory=list)   # (micro (N, M), comm (N,)) of the recording window
+
+
+class DropCompute(Scheme):
+    """DropCompute: ``M`` micro-batches per worker, local threshold ``tau`` (a number, ``"auto"`` or ``None`` for
+    no limit). See the module docstring for the timer semantics and the automatic threshold."""
+
+    name = "dropcompute"
+    description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
+    decentralized = True
+
+    def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
+                 record_steps: int = 40, candidates: int = 200, check: str = "official",
+                 forward_share: float = 1 / 3, auto_rule: str = "replay", batch: int | None = None):
+        super().__init__(n, batch=batch)
+        self.M = check_int("M", M, low=1)
+        if tau == "auto" or tau is None:
+            self.tau = tau
+        else:
+            self.tau = check_float("tau", tau, low=0.0, low_open=True)
+        if normalize not in ("total", "computed"):
+            raise ConfigError(f"dropcompute: normalize must be 'total' (divide by N*M) or 'computed', got {normalize!r}")
+        if check not in CHECKS:
+            raise ConfigError(f"dropcompute: check must be one of {', '.join(CHECKS)}, got {check!r}")
+        if auto_rule not in ("replay", "official"):
+            raise ConfigError(f"dropcompute: auto_rule must be 'replay' or 'official', got {auto_rule!r}")
+        self.normalize, self.check, self.auto_rule = normalize, check, auto_rule
+        self.warmup = check_int("warmup", warmup, low=0)
+        self.record_steps = check_int("record_steps", record_steps, low=1)
+        self.candidates = check_int("candidates", candidates, low=2)
+        self.forward_share = check_float("forward_share", forward_share, low=0.0, high=1.0)
+        self._parts = tuple(tuple(range(i * self.M, (i + 1) * self.M)) for i in range(self.n))
+        self.reset()
+
+    def _initial_state(self) -> DropComputeState:
+        return DropComputeState(tau=self.tau if isinstance(self.tau, float) else float("inf"))
+
+    def current_tau(self, t: int) -> float:
+        return float("inf") if t < self.warmup else self.state.tau
+
+    def plan(self, t: int) -> Plan:
+        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, float(self.M)),
+                    batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
+
+    def local_stop(self, micro: np.ndarray, tau: float):
+        """``(counts, compute times)`` of the workers given their micro-batch times ``(N, M)``."""
+        return local_stop(micro, tau, self.check, self.forward_share)
+
+    def stop_count(self) -> int:
+        return self.n   # All-Reduce: every worker takes part
+
+    def combine_sum(self, total: np.ndarray, computed: int, plan: Plan) -> Combined:
+        """The update direction from the All-Reduced gradient sum and micro-batch count."""
+        scale = 1.0 if self.normalize == "total" else (self.n * self.M / computed if computed else 0.0)
+        drop = 1.0 - computed / (self.n * self.M)
+        return Combined(np.asarray(total) * scale, method=self.normalize, info={"drop_rate": drop})
+
+    def observe(self, t: int, micro: np.ndarray, comm: np.ndarray) -> None:
+        """Record the step's micro-batch times (the automatic threshold's window), and choose ``tau`` after it.
+
+        Every rank calls this with the same gathered times, so every rank chooses the same ``tau``.
+        """
+        if self.tau != "auto" or not (self.warmup <= t < self.warmup + self.record_steps):
+            return
+        self.state.recorded.append((np.array(micro, dtype=float), np.array(comm, dtype=float)))
+        if len(self.state.recorded) == self.record_steps:
+            micro_all = np.stack([m for m, _ in self.state.recorded])
+            comm_all = np.stack([c for _, c in self.state.recorded])
+            self.state.tau = choose_tau(micro_all, comm_all, check=self.check, forward_share=self.forward_share,
+                                        candidates=self.candidates, rule=self.auto_rule)
+            self.state.recorded = []
+
+    def record(self) -> dict:
+        return {"k": self.n, "tau": self.state.tau, "M": self.M}

@@ -1,0 +1,90 @@
+"""Waiting for fewer workers, without coding: synchronous SGD, fastest-k, backup workers.
+
+Each of the ``n`` workers computes one partition of the data (``k_parts = n``) and sends the plain sum of its
+partial gradient. The master averages what it waits for, rescaled to the full gradient:
+``g_hat = (n / m) * sum_{i in F} g_i`` for ``m = |F|`` responders (REFERENCES section 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError, check_int
+from ._base import Combined, Plan, Scheme, check_k
+
+
+class _Averaging(Scheme):
+    """Shared combine: the mean of the responders' gradients, scaled to the sum over all partitions."""
+
+    def messages(self, partials, responders, plan: Plan) -> np.ndarray:
+        return partials[np.asarray(responders)]   # worker i holds partition i alone
+
+    def combine(self, messages, responders, plan: Plan) -> Combined:
+        messages = np.asarray(messages)
+        return Combined(messages.sum(axis=0) * (plan.k_parts / len(responders)), method="average")
+
+
+class Sync(_Averaging):
+    """Synchronous SGD: wait for all ``n`` workers; iteration time ``T_(n:n)``."""
+
+    name = "sync"
+    description = "wait for all n workers (the baseline)"
+
+    def __init__(self, n: int, *, batch: int | None = None):
+        super().__init__(n, batch=batch)
+        self.reset()
+
+    def stop_count(self) -> int:
+        return self.n
+
+    def record(self) -> dict:
+        return {"k": self.n}
+
+
+class FastestK(_Averaging):
+    """Fastest-k SGD ("ignore stragglers"): wait for the first ``k`` of ``n``, average them; iteration time
+    ``T_(k:n)``, estimate from ``k`` partitions."""
+
+    name = "fastest_k"
+    description = "wait for the first k of n workers and average them"
+
+    def __init__(self, n: int, *, k: int, batch: int | None = None):
+        super().__init__(n, batch=batch)
+        self.k = check_k(k, self.n)
+        self.reset()
+
+    def stop_count(self) -> int:
+        return self.k
+
+    def record(self) -> dict:
+        return {"k": self.k}
+
+
+class Backup(_Averaging):
+    """Backup workers (Chen et al., "Revisiting Distributed Synchronous SGD") [paper]: ``N + b`` workers, update as
+    soon as ``N`` gradients computed at the *current* step arrived; gradients of older steps are dropped by their
+    iteration tag (the cluster never delivers them here), the update averages over ``N``.
+
+    ``n`` must equal ``N + b``; give any two of ``n``, ``N``, ``b``.
+    """
+
+    name = "backup"
+    description = "N + b workers, update with the first N fresh gradients (stale ones dropped by tag)"
+
+    def __init__(self, n: int, *, b: int | None = None, N: int | None = None, batch: int | None = None):
+        super().__init__(n, batch=batch)
+        if b is None and N is None:
+            raise ConfigError("backup needs b, the number of backup workers (or N, the gradients to wait for)")
+        if b is None:
+            b = self.n - check_int("N", N, low=1)
+        self.b = check_int("b", b, low=0, high=self.n - 1)
+        self.N = self.n - self.b
+        if N is not None and check_int("N", N) != self.N:
+            raise ConfigError(f"backup: n = N + b must hold, got n = {self.n}, N = {N}, b = {self.b}")
+        self.reset()
+
+    def stop_count(self) -> int:
+        return self.N
+
+    def record(self) -> dict:
+        return {"k": self.N, "b": self.b}

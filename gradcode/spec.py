@@ -1,0 +1,182 @@
+"""Experiment specs: TOML files that describe a run, validated as a whole before anything runs.
+
+    [cluster]
+    workers = 16                 # n
+    late_workers = "finish"      # or "abandon"
+
+    [workload]
+    name = "least_squares"       # every other key is a parameter of the workload
+    dim = 20
+
+    [delay]
+    name = "shifted_exponential"
+    mu = 0.5
+
+    [scheme]                     # or several [[schemes]] tables, for a comparison
+    name = "coded"
+    code = "cyclic_repetition"
+    s = 3
+
+    [run]
+    iterations = 200
+    seed = 0
+
+Inside each table ``name`` selects the factory entry (``make_workload``, ``make_delay``, ``make_scheme``) and the
+other keys are its parameters, so anything the Python API accepts a spec accepts too. Every error names the table
+and the key.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TABLES = ("cluster", "workload", "delay", "scheme", "schemes", "run", "experiment")
+RUN_KEYS = {
+    "iterations": "number of iterations (int >= 1)",
+    "seed": "seed of the delays, the data and the codes (int >= 0)",
+    "seeds": "a list of seeds (comparisons)",
+    "lr": "step size (default: the workload's)",
+    "target_loss": "stop when the loss reaches this",
+    "time_budget": "stop when this much (virtual) time is spent",
+    "loss_every": "evaluate the full loss every this many iterations",
+    "time_scale": "MPI: wall-clock seconds per unit of model time",
+    "grace": "MPI: seconds to wait for unresponsive workers at shutdown",
+    "batch": "samples per partition mini-batch (default: whole partition)",
+}
+CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",
+                "kind": "'sim' or 'mpi'"}
+
+
+@dataclass
+class Spec:
+    """A validated spec: plain dicts, ready for the factories."""
+
+    workers: int
+    workload: dict[str, Any] | None
+    delay: dict[str, Any]
+    schemes: list[dict[str, Any]]
+    run: dict[str, Any] = field(default_factory=dict)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def load_spec(source: str | Path | dict) -> Spec:
+    """Read a TOML file (or take a dict of the same shape), check it, and return a :class:`Spec`."""
+    if isinstance(source, dict):
+        raw = source
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ConfigError(f"spec file {str(path)!r} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return check_spec(raw)
+
+
+def check_spec(raw: dict[str, Any]) -> Spec:
+    unknown = [key for key in raw if key not in TABLES]
+    if unknown:
+        raise ConfigError(f"spec: unknown table(s) {unknown}; accepted: {', '.join(TABLES)}")
+    cluster = dict(_table(raw, "cluster"))
+    _check_keys(cluster, CLUSTER_KEYS, "[cluster]")
+    if "workers" not in cluster:
+        raise ConfigError("[cluster] workers is missing: the number of workers n (int >= 1)")
+    run = dict(_table(raw, "run"))
+    _check_keys(run, RUN_KEYS, "[run]")
+    if "scheme" in raw and "schemes" in raw:
+        raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
+    if "scheme" in raw:
+        schemes = [dict(_table(raw, "scheme"))]
+    elif "schemes" in raw:
+        if not isinstance(raw["schemes"], list) or not raw["schemes"]:
+            raise ConfigError("[[schemes]] must be a non-empty array of tables")
+        schemes = [dict(s) for s in raw["schemes"]]
+    else:
+        raise ConfigError("spec: no scheme; add a [scheme] table (or [[schemes]]) with name = one of "
+                          + ", ".join(_scheme_names()))
+    if "delay" not in raw:
+        raise ConfigError("spec: no [delay] table; add one with name = a delay model")
+    spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
+                delay=dict(_table(raw, "delay")), schemes=schemes, run=run, cluster=cluster, raw=raw)
+    build(spec)   # construct everything once: every error is raised now, before any work
+    return spec
+
+
+def _scheme_names() -> list[str]:
+    from .schemes import list_schemes
+
+    return list(list_schemes())
+
+
+def _table(raw: dict, name: str) -> dict:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"[{name}] must be a table, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(table: dict, accepted: dict[str, str], where: str) -> None:
+    for key in table:
+        if key not in accepted:
+            raise ConfigError(f"{where}: unknown key {key!r}; accepted: "
+                              + "; ".join(f"{k} ({v})" for k, v in accepted.items()))
+
+
+def _named(table: dict, where: str) -> tuple[str, dict]:
+    if "name" not in table:
+        raise ConfigError(f"{where}: 'name' is missing")
+    params = dict(table)
+    return params.pop("name"), params
+
+
+def build(spec: Spec, *, scheme_index: int | None = None):
+    """Construct ``(schemes, delay, workload)`` from a spec, each error prefixed with its table."""
+    from .delays import make_delay
+    from .schemes import make_scheme
+    from .workloads import make_workload
+
+    n = spec.workers
+    try:
+        delay = make_delay(spec.delay)
+    except ConfigError as err:
+        raise ConfigError(f"[delay] {err}") from None
+    workload = None
+    if spec.workload is not None:
+        try:
+            workload = make_workload(spec.workload)
+        except ConfigError as err:
+            raise ConfigError(f"[workload] {err}") from None
+    schemes = []
+    batch = spec.run.get("batch")
+    for idx, table in enumerate(spec.schemes):
+        if scheme_index is not None and idx != scheme_index:
+            continue
+        name, params = _named(table, f"[scheme {idx}]")
+        if batch is not None and name != "adaptive_k_load":
+            params.setdefault("batch", batch)
+        try:
+            schemes.append(make_scheme(name, n=n, **params))
+        except ConfigError as err:
+            raise ConfigError(f"[scheme {name}] {err}") from None
+    return schemes, delay, workload
+
+
+def run_kwargs(spec: Spec) -> dict[str, Any]:
+    """The keyword arguments of :func:`gradcode.simulate` that a spec sets."""
+    keys = ("iterations", "seed", "lr", "target_loss", "time_budget", "loss_every")
+    kwargs = {k: spec.run[k] for k in keys if k in spec.run}
+    if "late_workers" in spec.cluster:
+        kwargs["late_workers"] = spec.cluster["late_workers"]
+    return kwargs

@@ -1,0 +1,562 @@
+"""Workloads: the models that distributed gradient descent trains, with their data, partitions and gradients.
+
+A workload holds ``N`` samples and a loss ``F(w) = (1/N) sum_i l(x_i; w) + R(w)`` over a parameter vector
+``w`` of length ``d``. Every model here is linear in its features: the predictions of a sample are
+``z = W x`` with ``W`` the parameter vector viewed as a ``(C, p)`` matrix (``C = 1`` for least squares and
+logistic regression, ``C = 10`` for the softmax workload), so the gradient of one sample is the outer product
+``r x^T`` of a residual ``r = dl/dz`` and the features.
+
+**Partitions.** The samples are stored once, in the order of a fixed seeded permutation. Partition ``j`` of
+``k`` (``k`` is chosen per call: the scheme decides it, e.g. ``n`` workers or ``n*M`` micro-batches) is the
+``j``-th contiguous slice of that order as :func:`numpy.array_split` cuts it: the first ``N mod k``
+partitions hold ``floor(N/k) + 1`` samples, the others ``floor(N/k)``.
+
+**Scaling.** The partial gradient of partition ``j`` is
+
+    g_j = (|P_j| / N) * ( mean_{x in batch} grad l(x; w) + grad R(w) ),
+
+so with full batches ``sum_j g_j`` is exactly the gradient of ``F`` (REFERENCES section 1:
+``g = sum_j g_j``), for every ``k``.
+
+**Mini-batch determinism.** With a mini-batch size ``b`` the batch of partition ``j`` at iteration ``t`` is
+drawn from ``P_j`` (without replacement if ``b <= |P_j|``, else with replacement) by a counter-based random
+stream that is a pure function of ``(seed, t, j, k)``: every worker that holds partition ``j`` computes the
+same ``g_j``, whatever else it computes in the same call and in whatever order, which is what keeps gradient
+codes exact under SGD. The stream is a splitmix64 hash of ``(seed, t, j, k, counter)`` evaluated for all
+requested partitions at once (creating one :class:`numpy.random.Generator` per partition would cost about
+13 us each, more than the whole gradient computation of a typical call). A subset without replacement is drawn
+uniformly by Floyd's algorithm when ``b*b <= |P_j|`` and by the ``b`` smallest of ``|P_j|`` random keys
+otherwise; both are uniform over the ``b``-subsets, and which one is used depends only on ``(|P_j|, b)``.
+``batch=None`` means the whole partition (deterministic). The mini-batch partial gradient is an unbiased
+estimate of the full-batch one.
+
+    >>> import numpy as np, gradcode.workloads as wl
+    >>> ls = wl.make_workload("least_squares", n_samples=100, dim=3, seed=0)
+    >>> w = ls.init_params()
+    >>> G = ls.gradients(w, t=0, parts=range(7), k=7)                # full batches
+    >>> bool(np.allclose(G.sum(axis=0), ls.full_gradient(w)))
+    True
+    >>> a = ls.gradients(w, t=5, parts=[3, 1], k=7, batch=4)
+    >>> b = ls.gradients(w, t=5, parts=[1], k=7, batch=4)
+    >>> bool(np.array_equal(a[1], b[0]))
+    True
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import ClassVar
+
+import numpy as np
+import scipy.sparse
+
+from .errors import ConfigError, check_float, check_int
+
+# Largest temporary (in float64 elements) the full-batch path materialises at once.
+_CHUNK_ELEMENTS = 1 << 22
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """The splitmix64 finalizer, elementwise on a uint64 array (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _stream_keys(seed: int, t: int, parts: np.ndarray, k: int) -> np.ndarray:
+    """One 64-bit key per partition, a hash of ``(seed, t, j, k)``."""
+    x = np.full(parts.shape, seed & _MASK64, dtype=np.uint64)
+    for v in (np.uint64(t & _MASK64), parts.astype(np.uint64), np.uint64(k & _MASK64)):
+        x = _mix(x + _GAMMA) ^ v
+    return _mix(x + _GAMMA)
+
+
+def _draws(keys: np.ndarray, count: int) -> np.ndarray:
+    """``(len(keys), count)`` uint64 draws: the splitmix64 stream of each key."""
+    ctr = (np.arange(1, count + 1, dtype=np.uint64) * _GAMMA)[None, :]
+    return _mix(keys[:, None] + ctr)
+
+
+def _uniform(bits: np.ndarray) -> np.ndarray:
+    """Uniform doubles in [0, 1) from the top 53 bits."""
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _sample_local(keys: np.ndarray, sizes: np.ndarray, b: int) -> np.ndarray:
+    """``(m, b)`` local indices: row ``i`` a batch of ``b`` from ``range(sizes[i])``, drawn from ``keys[i]``.
+    """
+    m = len(keys)
+    out = np.empty((m, b), dtype=np.int64)
+    if m == 0:
+        return out
+    replace = sizes < b
+    floyd = ~replace & (b * b <= sizes)
+    bykeys = ~replace & ~floyd
+    if replace.any() or floyd.any():
+        rows = np.flatnonzero(replace | floyd)
+        u = _uniform(_draws(keys[rows], b))
+        n = sizes[rows]
+        rep = replace[rows]
+        # with replacement: b independent uniform indices
+        if rep.any():
+            out[rows[rep]] = np.minimum((u[rep] * n[rep, None]).astype(np.int64), n[rep, None] - 1)
+        # Floyd's algorithm: for i = n-b .. n-1 draw r in [0, i]; take i instead if r is already taken.
+        fl = ~rep
+        if fl.any():
+            uf, nf = u[fl], n[fl]
+            chosen = np.empty((len(nf), b), dtype=np.int64)
+            for step in range(b):
+                i = nf - b + step
+                r = np.minimum((uf[:, step] * (i + 1)).astype(np.int64), i)
+                if step:
+                    r = np.where((chosen[:, :step] == r[:, None]).any(axis=1), i, r)
+                chosen[:, step] = r
+            out[rows[fl]] = chosen
+    if bykeys.any():
+        rows = np.flatnonzero(bykeys)
+        n = sizes[rows]
+        width = int(n.max())
+        bits = _draws(keys[rows], width)
+        bits[np.arange(width)[None, :] >= n[:, None]] = np.uint64(_MASK64)   # padding never wins
+        order = np.argpartition(bits, b - 1, axis=1) if b < width else np.argsort(bits, axis=1)
+        out[rows] = order[:, :b]
+    return out
+
+
+class Workload:
+    """Base class of every workload: data in permuted order, partitions, the vectorised gradient algorithm.
+
+    Subclasses set ``name``, ``description``, ``n_classes`` (``C``), and in ``__init__`` call :meth:`_setup`
+    with the features ``X`` (``N x p``), the targets ``y`` and the L2 weight ``reg``; they implement
+    :meth:`_residual` (``dl/dz``), :meth:`_sample_loss` and set ``lr``. ``R(w) = (reg/2) ||w||^2``.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    n_classes: ClassVar[int] = 1
+
+    dim: int
+    n_samples: int
+    n_features: int
+    lr: float
+    reg: float
+    seed: int
+    params: dict
+    optimal_loss: float | None = None
+
+    # --- construction ---------------------------------------------------------------------------------------
+    def _setup(self, X: np.ndarray, y: np.ndarray, *, seed: int, reg: float) -> None:
+        n = X.shape[0]
+        perm = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED])).permutation(n)
+        self.X = np.ascontiguousarray(X[perm], dtype=np.float64)
+        self.y = np.ascontiguousarray(y[perm])
+        self.X.setflags(write=False)
+        self.y.setflags(write=False)
+        self.perm = perm
+        self.n_samples = n
+        self.n_features = X.shape[1]
+        self.dim = self.n_classes * self.n_features
+        self.reg = reg
+        self.seed = seed
+        self._bounds_cache: dict[int, np.ndarray] = {}
+
+    def _gram_max_eig(self) -> float:
+        """Largest eigenvalue of ``X^T X / N`` (Lipschitz constants): dense if small, else Lanczos."""
+        X, n = self.X, self.n_samples
+        if min(X.shape) <= 100:
+            M = X.T @ X if X.shape[1] <= X.shape[0] else X @ X.T
+            return float(np.linalg.eigvalsh(M / n)[-1])
+        import scipy.sparse.linalg  # lazily: keeps ``import gradcode`` fast
+
+        op = scipy.sparse.linalg.LinearOperator((X.shape[1],) * 2, matvec=lambda v: X.T @ (X @ v) / n,
+                                                dtype=np.float64)
+        v0 = np.ones(X.shape[1])       # deterministic start
+        return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=v0, return_eigenvectors=False)[0])
+
+    # --- model hooks ----------------------------------------------------------------------------------------
+    def _residual(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``dl/dz`` for predictions ``Z`` (``(..., C)``) and targets ``y`` (``(...)``)."""
+        raise NotImplementedError
+
+    def _sample_loss(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``l`` per sample for predictions ``Z`` (``(N, C)``)."""
+        raise NotImplementedError
+
+    # --- public API -----------------------------------------------------------------------------------------
+    def init_params(self) -> np.ndarray:
+        """The starting point: zeros of length ``dim`` (float64)."""
+        return np.zeros(self.dim, dtype=np.float64)
+
+    def _matrix(self, w) -> np.ndarray:
+        """``w`` validated and viewed as the ``(C, p)`` matrix ``W``."""
+        arr = np.asarray(w, dtype=np.float64)
+        if arr.shape != (self.dim,):
+            raise ConfigError(
+                f"{self.name}: w must be a vector of shape ({self.dim},) (dim = {self.dim}), "
+                f"got shape {arr.shape}"
+            )
+        return arr.reshape(self.n_classes, self.n_features)
+
+    def loss(self, w) -> float:
+        """The full-data mean loss ``F(w) = (1/N) sum_i l(x_i; w) + (reg/2)||w||^2``."""
+        W = self._matrix(w)
+        total = 0.0
+        for lo, hi in self._row_chunks():
+            total += float(self._sample_loss(self.X[lo:hi] @ W.T, self.y[lo:hi]).sum())
+        return total / self.n_samples + 0.5 * self.reg * float(W.ravel() @ W.ravel())
+
+    def full_gradient(self, w) -> np.ndarray:
+        """``grad F(w) = (1/N) sum_i r_i x_i^T + reg * w``, shape ``(dim,)``."""
+        W = self._matrix(w)
+        G = np.zeros((self.n_classes, self.n_features))
+        for lo, hi in self._row_chunks():
+            Xc = self.X[lo:hi]
+            G += self._residual(Xc @ W.T, self.y[lo:hi]).T @ Xc
+        return (G / self.n_samples + self.reg * W).ravel()
+
+    def accuracy(self, w) -> float | None:
+        """Training accuracy for classifiers, ``None`` for regression."""
+        return None
+
+    def partition_bounds(self, k: int) -> np.ndarray:
+        """``(k + 1,)`` offsets: partition ``j`` of ``k`` is rows ``bounds[j]:bounds[j+1]`` of ``X``."""
+        k = self._check_k(k)
+        bounds = self._bounds_cache.get(k)
+        if bounds is None:
+            q, r = divmod(self.n_samples, k)
+            j = np.arange(k + 1, dtype=np.int64)
+            bounds = j * q + np.minimum(j, r)
+            bounds.setflags(write=False)
+            if len(self._bounds_cache) > 64:
+                self._bounds_cache.clear()
+            self._bounds_cache[k] = bounds
+        return bounds
+
+    def partition_sizes(self, k: int) -> np.ndarray:
+        """``(k,)`` number of samples in each partition of ``k``."""
+        return np.diff(self.partition_bounds(k))
+
+    def batch_indices(self, t: int, parts, k: int, batch: int) -> np.ndarray:
+        """``(len(parts), batch)`` row indices (into the permuted ``X``) of each part's mini-batch."""
+        t = check_int("t", t, low=0)
+        bounds = self.partition_bounds(k)
+        parts = self._check_parts(parts, k)
+        batch = check_int("batch", batch, low=1)
+        return self._batch_indices(t, parts, k, batch, bounds)
+
+    def _batch_indices(self, t, parts, k, batch, bounds) -> np.ndarray:
+        keys = _stream_keys(self.seed, t, parts, k)
+        sizes = bounds[parts + 1] - bounds[parts]
+        return _sample_local(keys, sizes, batch) + bounds[parts][:, None]
+
+    def gradients(self, w, t: int, parts, k: int, batch: int | None = None) -> np.ndarray:
+        """Partial gradients ``g_j`` of the requested partitions of ``k``, shape ``(len(parts), dim)``.
+
+        ``g_j = (|P_j|/N) (mean_{x in batch_j} grad l(x; w) + reg * w)`` with ``batch_j`` the deterministic
+        mini-batch of partition ``j`` at iteration ``t`` (the whole partition if ``batch`` is None); see the
+        module docstring. Row ``i`` belongs to ``parts[i]``; repeated parts give identical rows.
+        """
+        W = self._matrix(w)
+        t = check_int("t", t, low=0)
+        bounds = self.partition_bounds(k)
+        parts = self._check_parts(parts, k)
+        if batch is not None:
+            batch = check_int("batch", batch, low=1)
+        m = len(parts)
+        if m == 0:
+            return np.zeros((0, self.dim))
+        sizes = (bounds[parts + 1] - bounds[parts]).astype(np.float64)
+        if batch is None:
+            G = self._full_batch_sums(W, parts, bounds) * (1.0 / self.n_samples)
+        else:
+            idx = self._batch_indices(t, parts, k, batch, bounds)
+            Xb = self.X[idx]                                              # (m, b, p)
+            R = self._residual(np.matmul(Xb, W.T), self.y[idx])          # (m, b, C)
+            G = np.matmul(R.transpose(0, 2, 1), Xb).reshape(m, self.dim)  # (m, C*p)
+            G *= (sizes / (batch * self.n_samples))[:, None]
+        if self.reg:
+            G += (sizes * (self.reg / self.n_samples))[:, None] * W.ravel()[None, :]
+        return G
+
+    # --- internals ------------------------------------------------------------------------------------------
+    def _full_batch_sums(self, W: np.ndarray, parts: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """``(m, dim)``: ``sum_{x in P_j} r x^T`` per requested part, a sparse-dense product per chunk."""
+        uniq, inverse = np.unique(parts, return_inverse=True)
+        out = np.empty((len(uniq), self.dim))
+        C, p = W.shape
+        sizes = bounds[uniq + 1] - bounds[uniq]
+        offsets = np.cumsum(sizes) - sizes
+        # chunks of whole partitions, each gathering at most about 2 * _CHUNK_ELEMENTS elements of X
+        chunk_id = offsets // max(1, _CHUNK_ELEMENTS // p)
+        edges = np.concatenate([[0], np.flatnonzero(np.diff(chunk_id)) + 1, [len(uniq)]])
+        for i, j in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+            lo, hi, sz = bounds[uniq[i:j]], bounds[uniq[i:j] + 1], sizes[i:j]
+            indptr = np.concatenate([[0], np.cumsum(sz)])
+            if np.array_equal(lo[1:], hi[:-1]):          # a run of adjacent partitions: one slice, no copy
+                Xc, yc = self.X[lo[0]:hi[-1]], self.y[lo[0]:hi[-1]]
+            else:
+                rows = np.arange(indptr[-1]) + np.repeat(lo - indptr[:-1], sz)
+                Xc, yc = self.X[rows], self.y[rows]
+            R = self._residual(Xc @ W.T, yc)                                   # (rows, C)
+            cols = np.arange(len(Xc))
+            # S_c[j, i] = R[i, c] for row i in partition j, so (S_c X)_j = sum_{i in P_j} R[i, c] x_i
+            for c in range(C):
+                S = scipy.sparse.csr_array((R[:, c], cols, indptr), shape=(j - i, len(Xc)))
+                out[i:j, c * p:(c + 1) * p] = S @ Xc
+        return out[inverse.reshape(-1)]
+
+    def _row_chunks(self):
+        step = max(1, _CHUNK_ELEMENTS // max(1, self.n_features * self.n_classes))
+        for lo in range(0, self.n_samples, step):
+            yield lo, min(lo + step, self.n_samples)
+
+    def _check_k(self, k) -> int:
+        k = check_int("k", k, low=1)
+        if k > self.n_samples:
+            raise ConfigError(
+                f"{self.name}: cannot split n_samples = {self.n_samples} samples into k = {k} partitions; "
+                f"accepted: 1 <= k <= n_samples = {self.n_samples}"
+            )
+        return k
+
+    def _check_parts(self, parts, k: int) -> np.ndarray:
+        if isinstance(parts, range):
+            arr = np.arange(parts.start, parts.stop, parts.step, dtype=np.int64)
+        else:
+            raw = np.asarray(parts)
+            if raw.size == 0:
+                return np.zeros(0, dtype=np.int64)
+            if raw.ndim != 1 or not (np.issubdtype(raw.dtype, np.integer)):
+                raise ConfigError(
+                    f"{self.name}: parts must be a 1-D sequence of integer partition indices, got {parts!r}"
+                )
+            arr = raw.astype(np.int64)
+        if arr.size and (arr.min() < 0 or arr.max() >= k):
+            bad = arr[(arr < 0) | (arr >= k)]
+            raise ConfigError(
+                f"{self.name}: parts out of range: {bad[:5].tolist()}; "
+                f"accepted: partition indices 0 <= j < k = {k}"
+            )
+        return arr
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{key}={val!r}" for key, val in self.params.items())
+        return f"make_workload({self.name!r}, {args})"
+
+
+class LeastSquares(Workload):
+    """Linear least squares on seeded synthetic data.
+
+        F(w) = (1/2N) ||X w - y||^2
+
+    with ``X`` Gaussian (column scales spaced geometrically so that the feature covariance has condition
+    number ``condition``), ``y = X w* + noise * eps``, ``w* ~ N(0, I)``. The optimum ``w_opt`` is computed
+    with :func:`scipy.linalg.lstsq` and ``optimal_loss = F(w_opt)``; ``lr = 1/L`` with ``L`` the largest
+    eigenvalue of ``X^T X / N``. No regularization.
+
+        >>> from gradcode.workloads import make_workload
+        >>> ls = make_workload("least_squares", n_samples=500, dim=10, noise=0.1, seed=1)
+        >>> w = ls.init_params()
+        >>> for _ in range(300):
+        ...     w = w - ls.lr * ls.full_gradient(w)
+        >>> bool(ls.loss(w) - ls.optimal_loss < 1e-6)
+        True
+    """
+
+    name: ClassVar[str] = "least_squares"
+    description: ClassVar[str] = "least squares (1/2N)||Xw - y||^2 on seeded Gaussian data; known optimum"
+
+    def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.1, condition: float = 1.0,
+                 seed: int = 0):
+        n_samples = check_int("n_samples", n_samples, low=1)
+        dim = check_int("dim", dim, low=1)
+        noise = check_float("noise", noise, low=0.0)
+        condition = check_float("condition", condition, low=1.0)
+        seed = check_int("seed", seed, low=0)
+        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, condition=condition, seed=seed)
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+        scales = condition ** (-0.5 * np.linspace(0.0, 1.0, dim))
+        X = rng.standard_normal((n_samples, dim)) * scales
+        self.w_star = rng.standard_normal(dim)
+        y = X @ self.w_star + noise * rng.standard_normal(n_samples)
+        self._setup(X, y, seed=seed, reg=0.0)
+        self.lr = 1.0 / self._gram_max_eig()
+        import scipy.linalg
+
+        # minimum-norm least-squares solution by pivoted QR (several times faster than the SVD at d = 1000)
+        self.w_opt = scipy.linalg.lstsq(self.X, self.y, lapack_driver="gelsy", check_finite=False)[0]
+        self.optimal_loss = self.loss(self.w_opt)
+
+    def _residual(self, Z, y):
+        return Z - y[..., None]
+
+    def _sample_loss(self, Z, y):
+        return 0.5 * (Z[:, 0] - y) ** 2
+
+
+class Logistic(Workload):
+    """Binary logistic regression with a small L2 penalty, on seeded synthetic data.
+
+    Labels ``y in {0, 1}``: ``y = 1[x^T w* + noise * ||w*|| * eps > 0]`` with ``x, w*, eps`` standard Gaussian
+    (no bias). ``noise`` is the ratio of label noise to signal: the best possible accuracy is
+    ``1 - arctan(noise)/pi`` (0.85 at the default 0.5), so the classes overlap and the data are separable-ish.
+
+        F(w) = (1/N) sum_i [log(1 + exp(z_i)) - y_i z_i] + (reg/2)||w||^2,   z_i = x_i^T w,
+
+    evaluated as ``logaddexp(0, z)``; the small ``reg`` keeps the optimum finite. ``lr = 1/L`` with the
+    Lipschitz bound ``L = lambda_max(X^T X / N) / 4 + reg``.
+
+        >>> from gradcode.workloads import make_workload
+        >>> lg = make_workload("logistic", n_samples=400, dim=5, seed=0)
+        >>> w = lg.init_params()
+        >>> for _ in range(100):
+        ...     w = w - lg.lr * lg.full_gradient(w)
+        >>> bool(lg.loss(w) < lg.loss(lg.init_params()) and lg.accuracy(w) > 0.8)
+        True
+    """
+
+    name: ClassVar[str] = "logistic"
+    description: ClassVar[str] = "binary logistic regression, L2 reg, on seeded synthetic separable-ish data"
+
+    def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.5, reg: float = 1e-4,
+                 seed: int = 0):
+        n_samples = check_int("n_samples", n_samples, low=1)
+        dim = check_int("dim", dim, low=1)
+        noise = check_float("noise", noise, low=0.0)
+        reg = check_float("reg", reg, low=0.0)
+        seed = check_int("seed", seed, low=0)
+        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, reg=reg, seed=seed)
+        rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+        X = rng.standard_normal((n_samples, dim))
+        self.w_star = rng.standard_normal(dim)
+        margin = X @ self.w_star + noise * np.linalg.norm(self.w_star) * rng.standard_normal(n_samples)
+        y = (margin > 0).astype(np.float64)
+        self._setup(X, y, seed=seed, reg=reg)
+        self.lr = 1.0 / (self._gram_max_eig() / 4.0 + reg)
+
+    def _residual(self, Z, y):
+        return _expit(Z) - y[..., None]
+
+    def _sample_loss(self, Z, y):
+        z = Z[:, 0]
+        return np.logaddexp(0.0, z) - y * z
+
+    def accuracy(self, w) -> float:
+        """Fraction of samples with ``1[x^T w > 0] == y``."""
+        W = self._matrix(w)
+        return float(np.mean((self.X @ W[0] > 0) == (self.y > 0.5)))
+
+
+class SoftmaxDigits(Workload):
+    """Multinomial logistic regression on scikit-learn's bundled ``digits`` (1797 images of 8x8, 10 classes).
+
+    Features are the 64 pixels scaled to ``[0, 1]`` plus a constant 1 (bias), ``p = 65``; ``w`` is the
+    ``(10, 65)`` weight matrix ``W`` flattened row by row (``d = 650``).
+
+        F(W) = (1/N) sum_i [logsumexp(W x_i) - (W x_i)_{y_i}] + (reg/2)||W||^2,
+
+    evaluated with the row maximum subtracted. ``lr = 1/L`` with ``L = lambda_max(X^T X / N) / 2 + reg`` (the
+    Hessian of log-sum-exp is at most ``I/2``). ``accuracy`` is the training accuracy. The data ship inside
+    scikit-learn (nothing is downloaded); install it with ``pip install gradcode[data]``.
+
+        >>> from gradcode.workloads import make_workload
+        >>> sm = make_workload("softmax_digits")
+        >>> sm.dim, sm.n_samples
+        (650, 1797)
+    """
+
+    name: ClassVar[str] = "softmax_digits"
+    description: ClassVar[str] = ("softmax regression on scikit-learn's bundled digits (1797 x 64, "
+                                  "10 classes); needs pip install gradcode[data]")
+    n_classes: ClassVar[int] = 10
+
+    def __init__(self, reg: float = 1e-4, seed: int = 0):
+        reg = check_float("reg", reg, low=0.0)
+        seed = check_int("seed", seed, low=0)
+        self.params = dict(reg=reg, seed=seed)
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError:
+            raise ConfigError(
+                "the softmax_digits workload needs scikit-learn for its bundled digits data: "
+                "pip install gradcode[data]"
+            ) from None
+        digits = load_digits()
+        X = np.hstack([digits.data / 16.0, np.ones((digits.data.shape[0], 1))])
+        self._setup(X, digits.target.astype(np.int64), seed=seed, reg=reg)
+        self.lr = 1.0 / (self._gram_max_eig() / 2.0 + reg)
+
+    def _residual(self, Z, y):
+        P = np.exp(Z - Z.max(axis=-1, keepdims=True))
+        P /= P.sum(axis=-1, keepdims=True)
+        np.put_along_axis(P, y[..., None], np.take_along_axis(P, y[..., None], axis=-1) - 1.0, axis=-1)
+        return P
+
+    def _sample_loss(self, Z, y):
+        zmax = Z.max(axis=1)
+        lse = zmax + np.log(np.exp(Z - zmax[:, None]).sum(axis=1))
+        return lse - Z[np.arange(len(y)), y]
+
+    def accuracy(self, w) -> float:
+        """Fraction of samples whose largest score is the true class."""
+        W = self._matrix(w)
+        return float(np.mean(np.argmax(self.X @ W.T, axis=1) == self.y))
+
+
+def _expit(z: np.ndarray) -> np.ndarray:
+    """The logistic sigmoid ``1/(1 + exp(-z))`` without overflow."""
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+_REGISTRY: dict[str, type[Workload]] = {
+    cls.name: cls for cls in (LeastSquares, Logistic, SoftmaxDigits)
+}
+
+
+def list_workloads() -> dict[str, str]:
+    """Names of the workloads with a one-line description of each."""
+    return {name: cls.description for name, cls in _REGISTRY.items()}
+
+
+def make_workload(name: str | dict | Workload, **params) -> Workload:
+    """Build the workload registered as ``name`` with constructor ``params``.
+
+    ``name`` may also be a spec dict ``{"name": ..., **params}`` (keyword ``params`` override its entries) or
+    an already built :class:`Workload`, returned as is.
+
+        >>> make_workload({"name": "least_squares", "dim": 3}, n_samples=50).dim
+        3
+    """
+    if isinstance(name, Workload):
+        if params:
+            raise ConfigError(
+                f"make_workload: parameters {sorted(params)} given with an already built workload"
+            )
+        return name
+    if isinstance(name, dict):
+        spec = dict(name)
+        if "name" not in spec:
+            raise ConfigError(f"workload spec {name!r} has no 'name'; accepted names: {', '.join(_REGISTRY)}")
+        name = spec.pop("name")
+        params = {**spec, **params}
+    if not isinstance(name, str) or name not in _REGISTRY:
+        raise ConfigError(f"unknown workload {name!r}; accepted: {', '.join(_REGISTRY)}")
+    cls = _REGISTRY[name]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(map(repr, unknown))} "
+            f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} "
+            f"of workload {name!r}; accepted: {', '.join(accepted)}"
+        )
+    return cls(**params)
+
+
+__all__ = ["LeastSquares", "Logistic", "SoftmaxDigits", "Workload", "list_workloads", "make_workload"]

@@ -1,0 +1,171 @@
+"""Schemes on their own: validation on construction, stop rules, combine rules, DropCompute's timer checks."""
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode.errors import ConfigError
+from gradcode.schemes import make_scheme
+from gradcode.schemes.adaptive import PflugState, PflugTest
+from gradcode.schemes.dropcompute import choose_tau, local_stop
+
+
+@pytest.mark.parametrize(
+    "name, params, words",
+    [
+        ("fastest_k", {"k": 11}, ["k", "1 <= k <= n"]),
+        ("fastest_k", {"k": 0}, ["k"]),
+        ("fastest_k", {}, ["k"]),
+        ("backup", {}, ["b"]),
+        ("backup", {"b": 10}, ["b", "<="]),
+        ("backup", {"b": 2, "N": 5}, ["N + b"]),
+        ("adaptive_k", {"k0": 0}, ["k0"]),
+        ("adaptive_k", {"k0": 5, "k_max": 3}, ["k_max", "k0"]),
+        ("dropcompute", {"tau": 0}, ["tau", "> 0"]),
+        ("dropcompute", {"tau": -1.0}, ["tau"]),
+        ("dropcompute", {"M": 0}, ["M"]),
+        ("dropcompute", {"check": "sometimes"}, ["check", "official"]),
+        ("dropcompute", {"normalize": "mean"}, ["normalize", "computed"]),
+        ("coded", {"code": "cyclic_mds"}, ["s"]),
+        ("coded", {"code": "nope", "s": 1}, ["unknown code", "cyclic_mds"]),
+        ("coded", {"code": "cyclic_mds", "s": 1, "method": "magic"}, ["method", "optimal"]),
+        ("coded", {"code": "cyclic_mds", "s": 1, "flavour": 3}, ["flavour", "accepted"]),
+        ("fastest_k", {"k": 2, "speed": 3}, ["speed", "accepted"]),
+        ("adaptive_k_load", {"stages": [40, 20]}, ["stages", "increasing"]),
+        ("nope", {}, ["unknown scheme", "fastest_k"]),
+    ],
+)
+def test_bad_parameters_are_named(name, params, words):
+    with pytest.raises(ConfigError) as err:
+        make_scheme(name, n=10, **params)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_code_with_other_n_is_rejected():
+    code = gradcode.make_code("cyclic_repetition", n=8, s=1)
+    with pytest.raises(ConfigError, match="n = 8.*n = 10"):
+        make_scheme("coded", n=10, code=code)
+
+
+def test_stop_counts():
+    assert make_scheme("sync", n=7).stop_count() == 7
+    assert make_scheme("fastest_k", n=7, k=3).stop_count() == 3
+    backup = make_scheme("backup", n=7, b=2)
+    assert (backup.N, backup.stop_count()) == (5, 5)
+    approx = make_scheme("coded", n=12, code="expander", s=2, wait=9)
+    assert approx.stop_count() == 9
+
+
+def test_fractional_repetition_stops_at_first_cover():
+    # groups {0,1,2}, {3,4,5}: worker 0 then worker 4 cover both groups
+    scheme = make_scheme("coded", n=6, code="fractional_repetition", s=2)
+    assert scheme.stop_index([0, 1, 4, 2, 3, 5]) == 3
+    assert scheme.stop_index([0, 4, 1, 2, 3, 5]) == 2
+    assert scheme.stop_index([0, 1, 2]) is None
+
+
+def test_mds_stops_at_n_minus_s():
+    scheme = make_scheme("coded", n=10, code="cyclic_mds", s=3)
+    order = list(np.random.default_rng(1).permutation(10))
+    assert scheme.stop_index(order) == 7
+
+
+def test_averaging_scales_to_the_full_sum():
+    scheme = make_scheme("fastest_k", n=4, k=2)
+    plan = scheme.plan(0)
+    msgs = np.array([[1.0, 2.0], [3.0, 4.0]])
+    out = scheme.combine(msgs, [2, 0], plan).gradient
+    np.testing.assert_allclose(out, (4 / 2) * msgs.sum(axis=0))
+
+
+def test_coded_combine_recovers_sum_and_reports_residual():
+    scheme = make_scheme("coded", n=8, code="cyclic_repetition", s=2, seed=3)
+    plan = scheme.plan(0)
+    P = np.random.default_rng(0).standard_normal((8, 5))
+    responders = [7, 0, 3, 5, 1, 2]
+    msgs = np.stack([scheme.message(i, P[list(plan.parts[i])], plan) for i in responders])
+    out = scheme.combine(msgs, responders, plan)
+    np.testing.assert_allclose(out.gradient, P.sum(axis=0), atol=1e-9)
+    assert out.method == "exact" and out.residual < 1e-8
+
+
+def _local_stop_loop(times, tau, check, fwd):
+    """Straightforward per-worker loop, written independently of the vectorised version."""
+    clock, count = 0.0, 0
+    for m in times:
+        if clock >= tau:
+            return count, clock
+        if check == "idealized":
+            if clock + m > tau:
+                return count, tau
+            clock += m
+            count += 1
+            continue
+        if check == "official":
+            if clock + fwd * m >= tau:
+                return count, clock + fwd * m
+        clock += m
+        count += 1
+    return count, clock
+
+
+@pytest.mark.parametrize("check", ["official", "before_microbatch", "idealized"])
+def test_local_stop_matches_a_plain_loop(check):
+    rng = np.random.default_rng(5)
+    micro = 1 + 0.5 * rng.lognormal(-0.5, 1.0, size=(50, 12))
+    for tau in (0.5, 5.0, 11.3, 17.0, 1e9):
+        counts, times = local_stop(micro, tau, check, 1 / 3)
+        for i in range(len(micro)):
+            c, tt = _local_stop_loop(micro[i], tau, check, 1 / 3)
+            assert counts[i] == c
+            assert times[i] == pytest.approx(tt)
+
+
+def test_infinite_tau_computes_everything():
+    micro = np.ones((3, 4))
+    counts, times = local_stop(micro, float("inf"))
+    assert counts.tolist() == [4, 4, 4] and times.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_choose_tau_finds_the_gain_of_a_straggler():
+    # 15 workers take 1 per micro-batch, one takes 3; All-Reduce costs 2. By hand, with checks before each
+    # micro-batch: tau in (5, 6] keeps 6 + 2 micro-batches in 8 time units, throughput gain (92/128) * 26/8 = 2.34,
+    # the best of all thresholds (tau in (7, 8]: 123/128 * 26/11 = 2.27; tau in (2, 3]: 46/128 * 26/5 = 1.87).
+    micro = np.ones((20, 16, 8))
+    micro[:, 0, :] = 3.0
+    comm = np.full((20, 16), 2.0)
+    tau = choose_tau(micro, comm, check="before_microbatch", forward_share=1 / 3, candidates=400, rule="replay")
+    assert 5.0 < tau <= 6.0
+
+
+def test_pflug_test_fires_on_oscillation_not_on_progress():
+    test, state = PflugTest(burn_in=2), PflugState()
+    fired = [test.update(state, np.array([1.0, 1.0])) for _ in range(10)]
+    assert not any(fired)
+    state = PflugState()
+    fired = [test.update(state, np.array([(-1.0) ** t, 0.0])) for t in range(10)]
+    assert any(fired)
+
+
+def test_dropcompute_warmup_then_fixed_tau():
+    scheme = make_scheme("dropcompute", n=4, M=3, tau=2.5, warmup=2)
+    assert scheme.plan(1).tau == float("inf")
+    assert scheme.plan(2).tau == 2.5
+    parts = scheme.plan(0).parts
+    assert parts[1] == (3, 4, 5) and scheme.plan(0).k_parts == 12
+
+
+def test_dropcompute_normalizations():
+    plan_total = make_scheme("dropcompute", n=2, M=2, tau=1.0)
+    plan_comp = make_scheme("dropcompute", n=2, M=2, tau=1.0, normalize="computed")
+    total = np.array([3.0])
+    assert plan_total.combine_sum(total, 3, plan_total.plan(0)).gradient[0] == 3.0
+    assert plan_comp.combine_sum(total, 3, plan_comp.plan(0)).gradient[0] == pytest.approx(4.0)
+
+
+def test_reset_restores_state():
+    scheme = make_scheme("adaptive_k", n=5, k0=1, burn_in=0)
+    scheme.state.k = 4
+    scheme.reset()
+    assert scheme.state.k == 1

@@ -1,0 +1,254 @@
+"""The simulated cluster: timing against order-statistic theory, DropCompute against REFERENCES section 4, training,
+and common random numbers."""
+
+import math
+
+import numpy as np
+import pytest
+
+import gradcode
+from gradcode import make_delay, make_scheme, make_workload, simulate
+from gradcode.sim import SimulationError
+
+
+def harmonic(m: int) -> float:
+    return float(sum(1.0 / i for i in range(1, m + 1)))
+
+
+def mean_time(scheme, delay, iterations, seed=0, **kw):
+    return simulate(scheme, delay, iterations=iterations, seed=seed, late_workers="abandon", **kw).summary[
+        "mean_iteration_time"]
+
+
+# --- timing matches theory ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", [10, 50, 90])
+def test_fastest_k_exponential(k):
+    n, mu = 100, 2.0
+    expected = (harmonic(n) - harmonic(n - k)) / mu
+    got = mean_time(make_scheme("fastest_k", n=n, k=k), make_delay("exponential", mu=mu), 20000)
+    assert got == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize("k", [20, 80, 100])
+def test_fastest_k_shifted_exponential(k):
+    n, a, mu = 100, 1.0, 0.5
+    expected = a + (harmonic(n) - harmonic(n - k)) / mu
+    got = mean_time(make_scheme("fastest_k", n=n, k=k), make_delay("shifted_exponential", a=a, mu=mu), 20000)
+    assert got == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize("code, s", [("cyclic_repetition", 4), ("cyclic_mds", 9), ("expander", 3)])
+def test_coded_at_n_minus_s_with_load_s_plus_1(code, s):
+    n, a, mu = 100, 1.0, 1.0
+    load = s + 1
+    expected = load * a + (load / mu) * (harmonic(n) - harmonic(s))
+    scheme = make_scheme("coded", n=n, code=code, s=s) if code != "expander" else \
+        make_scheme("coded", n=n, code=code, s=s, wait=n - s)
+    got = mean_time(scheme, make_delay("shifted_exponential", a=a, mu=mu), 20000)
+    assert got == pytest.approx(expected, rel=0.01)
+
+
+def test_backup_workers():
+    N, b, mu = 95, 5, 1.0
+    expected = 1.0 + (harmonic(N + b) - harmonic(b)) / mu
+    got = mean_time(make_scheme("backup", n=N + b, b=b), make_delay("shifted_exponential", a=1.0, mu=mu), 20000)
+    assert got == pytest.approx(expected, rel=0.01)
+
+
+def test_theory_through_the_delay_model():
+    # The same check through the model's own order statistic (numeric integration for Pareto).
+    delay = make_delay("pareto", alpha=3.0, t_m=1.0)
+    expected = delay.expected_order_statistic(30, 40)
+    got = mean_time(make_scheme("fastest_k", n=40, k=30), delay, 20000)
+    assert got == pytest.approx(expected, rel=0.01)
+
+
+# --- DropCompute: REFERENCES section 4 ------------------------------------------------------------------------
+def _dropcompute_speedup(N, taus, check, iterations=400, seed=1):
+    M = 12
+    delay = make_delay("lognormal", comm=0.1 * M * 1.5)   # communication = 10% of the mean compute (M * 1.5)
+    base = simulate(make_scheme("dropcompute", n=N, M=M, tau=None), delay, iterations=iterations,
+                    seed=seed).summary
+    out = []
+    for tau in taus:
+        scheme = make_scheme("dropcompute", n=N, M=M, tau=tau, warmup=0, check=check)
+        res = simulate(scheme, delay, iterations=iterations, seed=seed)
+        drop = np.mean([r["drop_rate"] for r in res.records])
+        out.append((1 - drop) * base["mean_iteration_time"] / res.summary["mean_iteration_time"])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("N, expected", [(32, 1.15), (200, 1.20)])
+def test_dropcompute_official_speedup_matches_reference(N, expected):
+    taus = np.linspace(0.75, 1.05, 31) * 18.0
+    speedups = _dropcompute_speedup(N, taus, "official")
+    assert speedups.max() == pytest.approx(expected, abs=0.03)
+
+
+@pytest.mark.parametrize("N, expected", [(32, 1.20), (200, 1.31)])
+def test_dropcompute_idealized_speedup_matches_reference(N, expected):
+    taus = np.linspace(0.75, 1.05, 31) * 18.0
+    speedups = _dropcompute_speedup(N, taus, "idealized")
+    assert speedups.max() == pytest.approx(expected, abs=0.03)
+
+
+@pytest.mark.parametrize("N", [32, 200])
+def test_dropcompute_auto_tau_is_near_the_best(N):
+    M, iterations, seed = 12, 400, 1
+    delay = make_delay("lognormal", comm=0.1 * M * 1.5)
+    best = _dropcompute_speedup(N, np.linspace(0.75, 1.05, 31) * 18.0, "official", iterations, seed).max()
+    warmup, record = 5, 40
+    base = simulate(make_scheme("dropcompute", n=N, M=M, tau=None), delay, iterations=iterations,
+                    seed=seed).records[warmup + record:]
+    auto = simulate(make_scheme("dropcompute", n=N, M=M, tau="auto", warmup=warmup, record_steps=record), delay,
+                    iterations=iterations, seed=seed).records[warmup + record:]
+    drop = np.mean([r["drop_rate"] for r in auto])
+    t_base = np.mean([r["end"] - r["start"] for r in base])
+    t_auto = np.mean([r["end"] - r["start"] for r in auto])
+    assert math.isfinite(auto[-1]["tau"])
+    assert (1 - drop) * t_base / t_auto == pytest.approx(best, abs=0.02)
+
+
+def test_dropcompute_huge_tau_is_sync():
+    delay = make_delay("lognormal", comm=1.0)
+    wl = make_workload("least_squares", n_samples=480, dim=5, seed=0)
+    sync = simulate(make_scheme("dropcompute", n=8, M=6, tau=None), delay, wl, iterations=30, seed=3)
+    huge = simulate(make_scheme("dropcompute", n=8, M=6, tau=1e12, warmup=0), delay, wl, iterations=30, seed=3)
+    assert [r["end"] for r in sync.records] == [r["end"] for r in huge.records]
+    np.testing.assert_array_equal(sync.params, huge.params)
+    plain = simulate(make_scheme("sync", n=8), delay, iterations=30, seed=3)
+    assert all(r["drop_rate"] == 0 for r in huge.records)
+    assert len(plain.records) == 30
+
+
+# --- training -------------------------------------------------------------------------------------------------
+N_WORKERS = 12
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return make_workload("least_squares", n_samples=1200, dim=10, noise=0.5, seed=0)
+
+
+def _target(wl, frac=0.05):
+    start = wl.loss(wl.init_params())
+    return wl.optimal_loss + frac * (start - wl.optimal_loss)
+
+
+ALL_SCHEMES = [
+    ("sync", {}),
+    ("fastest_k", {"k": 8}),
+    ("backup", {"b": 2}),
+    ("adaptive_k", {"k0": 2}),
+    ("adaptive_k_load", {"batch": 8}),
+    ("coded", {"code": "cyclic_repetition", "s": 2}),
+    ("coded", {"code": "fractional_repetition", "s": 2}),
+    ("coded", {"code": "expander", "s": 3}),
+    ("dropcompute", {"M": 4, "tau": "auto", "record_steps": 10}),
+]
+
+
+@pytest.mark.parametrize("name, params", ALL_SCHEMES)
+def test_every_scheme_reaches_the_target_loss(workload, name, params):
+    scheme = make_scheme(name, n=N_WORKERS, **params)
+    target = _target(workload)
+    res = simulate(scheme, make_delay("shifted_exponential", mu=0.5), workload, iterations=400, seed=0,
+                   target_loss=target)
+    assert res.summary["time_to_target"] is not None, f"{name} ended at loss {res.summary['final_loss']}"
+    assert all(np.isfinite(r["end"]) and r["end"] >= r["start"] for r in res.records)
+
+
+@pytest.mark.parametrize("code, s", [("cyclic_repetition", 2), ("fractional_repetition", 3), ("cyclic_mds", 3),
+                                     ("reed_solomon", 2)])
+def test_exact_codes_follow_sync_and_finish_sooner(workload, code, s):
+    # two workers are 8x slower in every iteration: sync waits for them, a code with s >= 2 does not
+    delay = make_delay("persistent", base={"name": "shifted_exponential", "mu": 5.0}, workers=[1, 6], slowdown=8.0)
+    sync = simulate(make_scheme("sync", n=N_WORKERS), delay, workload, iterations=40, seed=0)
+    coded = simulate(make_scheme("coded", n=N_WORKERS, code=code, s=s), delay, workload, iterations=40, seed=0)
+    np.testing.assert_allclose(coded.params, sync.params, rtol=1e-8, atol=1e-10)
+    assert coded.summary["total_time"] < sync.summary["total_time"]
+    assert all(r["method"] == "exact" and r["residual"] < 1e-8 for r in coded.records)
+
+
+def test_adaptive_k_switches_and_beats_k_equals_1(workload):
+    delay = make_delay("shifted_exponential", mu=0.5)
+    budget = 150.0
+    adaptive = simulate(make_scheme("adaptive_k", n=N_WORKERS, k0=1, burn_in=5), delay, workload,
+                        iterations=5000, seed=0, time_budget=budget)
+    fixed = simulate(make_scheme("fastest_k", n=N_WORKERS, k=1), delay, workload, iterations=5000, seed=0,
+                     time_budget=budget)
+    ks = [r["k"] for r in adaptive.records]
+    assert max(ks) > 1
+    gap = lambda res: res.summary["final_loss"] - workload.optimal_loss  # noqa: E731
+    assert gap(adaptive) < gap(fixed)
+
+
+def test_adaptive_k_load_computes_less_than_adaptive_k(workload):
+    delay = make_delay("shifted_exponential", mu=0.5)
+    target = _target(workload, 0.02)
+    runs = {}
+    for name, params in (("adaptive_k", {"k0": 1, "batch": 8}), ("adaptive_k_load", {"batch": 8})):
+        res = simulate(make_scheme(name, n=N_WORKERS, **params), delay, workload, iterations=3000, seed=0,
+                       target_loss=target)
+        assert res.summary["time_to_target"] is not None, name
+        runs[name] = res.summary["computed"]
+    assert runs["adaptive_k_load"] < runs["adaptive_k"]
+
+
+# --- common random numbers and determinism --------------------------------------------------------------------
+def test_same_world_for_every_scheme():
+    delay = make_delay("shifted_exponential", mu=1.0)
+    n, iters = 20, 50
+    sync = simulate(make_scheme("sync", n=n), delay, iterations=iters, seed=7, late_workers="abandon")
+    fast = simulate(make_scheme("fastest_k", n=n, k=5), delay, iterations=iters, seed=7, late_workers="abandon")
+    compute, comm = delay.sample(7, np.arange(iters), n, 1.0)
+    T = np.sort(compute + comm, axis=1)
+    np.testing.assert_allclose([r["end"] - r["start"] for r in sync.records], T[:, -1])
+    np.testing.assert_allclose([r["end"] - r["start"] for r in fast.records], T[:, 4])
+
+
+def test_runs_are_pure_functions_of_their_inputs(workload):
+    delay = make_delay("bimodal")
+    scheme = make_scheme("adaptive_k", n=N_WORKERS, k0=1, burn_in=3)
+    a = simulate(scheme, delay, workload, iterations=60, seed=4)
+    b = simulate(scheme, delay, workload, iterations=60, seed=4)   # same object, reset between runs
+    assert a.records == b.records
+    c = simulate(scheme, delay, workload, iterations=60, seed=5)
+    assert a.records != c.records
+
+
+def test_late_workers_finish_their_work():
+    # worker 0 takes 10 every iteration, the rest 1; fastest-k with k = n - 1 never waits for it, and in "finish"
+    # mode worker 0 is busy for 10 units, so it never responds within a 1-unit iteration.
+    delay = make_delay("persistent", base={"name": "constant"}, workers=[0], slowdown=10.0)
+    res = simulate(make_scheme("fastest_k", n=4, k=3), delay, iterations=12, seed=0)
+    assert all(0 not in r["responders"] for r in res.records)
+    assert all(r["end"] - r["start"] == pytest.approx(1.0) for r in res.records)
+
+
+def test_unmeetable_stop_rule_is_an_error():
+    delay = make_delay("unresponsive", base="exponential", workers=[2])
+    with pytest.raises(SimulationError, match=r"\[2\]"):
+        simulate(make_scheme("sync", n=4), delay, iterations=3, seed=0)
+    res = simulate(make_scheme("fastest_k", n=4, k=3), delay, iterations=3, seed=0)
+    assert all(2 not in r["responders"] for r in res.records)
+
+
+def test_records_have_the_documented_fields(workload):
+    res = simulate(make_scheme("coded", n=N_WORKERS, code="cyclic_repetition", s=2), "exponential", workload,
+                   iterations=3, seed=0)
+    for key in ("scheme", "iteration", "start", "end", "ideal_end", "responders", "k", "load", "residual", "loss",
+                "grad_error", "messages", "computed"):
+        assert key in res.records[0]
+    for key in ("mean_iteration_time", "total_time", "iterations", "final_loss"):
+        assert key in res.summary
+
+
+def test_bad_run_parameters():
+    scheme = make_scheme("sync", n=3)
+    with pytest.raises(gradcode.ConfigError, match="iterations"):
+        simulate(scheme, "exponential", iterations=0)
+    with pytest.raises(gradcode.ConfigError, match="late_workers"):
+        simulate(scheme, "exponential", late_workers="sometimes")
+    with pytest.raises(gradcode.ConfigError, match="target_loss"):
+        simulate(scheme, "exponential", target_loss=1.0)
