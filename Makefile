@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# One BLAS thread: small solves on a shared 2-core machine stall for milliseconds with two.
+export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: demo test lint bench clean
 

@@ -1,4 +1,4 @@
-"""The ``gradcode`` command line: ``demo``, ``list``, ``simulate``."""
+"""The ``gradcode`` command line: ``demo``, ``list``, ``simulate``, ``run`` (MPI), ``compare``, ``report``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, help="override [run] seed")
     sim.add_argument("--workers", type=int, help="override [cluster] workers")
     sim.add_argument("--scheme", type=int, default=0, help="which [[schemes]] entry to run (default 0)")
+    cmp_ = sub.add_parser("compare", help="run every scheme of a spec under the same delays; results, report, plots")
+    cmp_.add_argument("spec", nargs="?", help="experiment spec (TOML); default: the built-in default experiment")
+    cmp_.add_argument("--out", help="output folder (default: results/<spec name>)")
+    cmp_.add_argument("--quick", action="store_true", help="a reduced run: fewer iterations and seeds (CI)")
+    cmp_.add_argument("--cluster", choices=["sim", "mpi", "both"], help="override [cluster] kind")
+    rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
+    rep.add_argument("folder", help="a folder written by `gradcode compare`")
     return p
 
 
@@ -84,4 +91,16 @@ def _print_summary(summary: dict) -> None:
         print(f"  {key:<{width}}  {shown}")
 
 
-_COMMANDS = {"demo": _demo, "list": _list, "simulate": _simulate}
+def _compare(args) -> int:
+    from .harness import compare_main
+
+    return compare_main(args)
+
+
+def _report(args) -> int:
+    from .report import report_main
+
+    return report_main(args)
+
+
+_COMMANDS = {"demo": _demo, "list": _list, "simulate": _simulate, "compare": _compare, "report": _report}

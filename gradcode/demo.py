@@ -42,7 +42,8 @@ def rows(n: int = 12, s: int = 3, d: int = 1000, seed: int = 0):
 
 def main(n: int = 12, s: int = 3) -> None:
     print(f"gradcode demo: n = {n} workers, s = {s} (each partition on s + 1 workers), d = 1000, method='auto'\n")
-    header = f"{'code':<22} {'exact':<5} {'load':>5} {'stragglers':<12} {'method':<18} {'residual':>10} {'rel. error':>10}"
+    header = (f"{'code':<22} {'exact':<5} {'load':>5} {'stragglers':<12} {'method':<18} {'residual':>10} "
+              f"{'rel. error':>10}")
     print(header)
     print("-" * len(header))
     for name, code, label, method, residual, error in rows(n, s):

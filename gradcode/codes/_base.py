@@ -296,7 +296,7 @@ class _Code:
         with np.errstate(invalid="ignore", over="ignore"):
             out = w @ messages
         if not np.all(np.isfinite(out)):
-            bad = [int(r) for r, m in zip(responders, messages) if not np.all(np.isfinite(m))]
+            bad = [int(r) for r, m in zip(responders, messages, strict=True) if not np.all(np.isfinite(m))]
             raise ConfigError(f"non-finite values (NaN or infinity) in the messages of workers {bad}")
         return out.real if np.iscomplexobj(out) else out
 

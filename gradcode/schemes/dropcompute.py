@@ -103,7 +103,8 @@ class DropCompute(Scheme):
         else:
             self.tau = check_float("tau", tau, low=0.0, low_open=True)
         if normalize not in ("total", "computed"):
-            raise ConfigError(f"dropcompute: normalize must be 'total' (divide by N*M) or 'computed', got {normalize!r}")
+            raise ConfigError(f"dropcompute: normalize must be 'total' (divide by N*M) or 'computed', "
+                              f"got {normalize!r}")
         if check not in CHECKS:
             raise ConfigError(f"dropcompute: check must be one of {', '.join(CHECKS)}, got {check!r}")
         if auto_rule not in ("replay", "official"):
