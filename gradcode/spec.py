@@ -19,7 +19,11 @@
 
     [run]
     iterations = 200
-    seed = 0
+    seed = 0                     # or seeds = [0, 1, 2] (comparisons)
+
+A comparison (``gradcode compare``) may sweep delay models with several ``[[delays]]`` tables instead of ``[delay]``,
+each with a ``label``; ``[cluster] kind`` is ``"sim"``, ``"mpi"`` or ``"both"``; any scheme or delay table may carry a
+``label`` (used in reports, never passed to the factory).
 
 Inside each table ``name`` selects the factory entry (``make_workload``, ``make_delay``, ``make_scheme``) and the
 other keys are its parameters, so anything the Python API accepts a spec accepts too. Every error names the table
@@ -40,7 +44,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TABLES = ("cluster", "workload", "delay", "scheme", "schemes", "run", "experiment")
+TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
 RUN_KEYS = {
     "iterations": "number of iterations (int >= 1)",
     "seed": "seed of the delays, the data and the codes (int >= 0)",
@@ -54,7 +58,9 @@ RUN_KEYS = {
     "batch": "samples per partition mini-batch (default: whole partition)",
 }
 CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",
-                "kind": "'sim' or 'mpi'"}
+                "kind": "'sim', 'mpi' or 'both'"}
+CLUSTER_KINDS = ("sim", "mpi", "both")
+EXPERIMENT_KEYS = {"name": "a short name of the experiment", "description": "free text"}
 
 
 @dataclass
@@ -68,6 +74,7 @@ class Spec:
     run: dict[str, Any] = field(default_factory=dict)
     cluster: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    delays: list[dict[str, Any]] = field(default_factory=list)   # every delay model, ``label`` included
 
 
 def load_spec(source: str | Path | dict) -> Spec:
@@ -93,8 +100,12 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     _check_keys(cluster, CLUSTER_KEYS, "[cluster]")
     if "workers" not in cluster:
         raise ConfigError("[cluster] workers is missing: the number of workers n (int >= 1)")
+    if cluster.get("kind", "sim") not in CLUSTER_KINDS:
+        raise ConfigError(f"[cluster] kind must be one of {', '.join(CLUSTER_KINDS)}, got {cluster['kind']!r}")
+    _check_keys(_table(raw, "experiment"), EXPERIMENT_KEYS, "[experiment]")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
+    _check_run(run)
     if "scheme" in raw and "schemes" in raw:
         raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
     if "scheme" in raw:
@@ -106,12 +117,62 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     else:
         raise ConfigError("spec: no scheme; add a [scheme] table (or [[schemes]]) with name = one of "
                           + ", ".join(_scheme_names()))
-    if "delay" not in raw:
-        raise ConfigError("spec: no [delay] table; add one with name = a delay model")
+    delays = _delays(raw)
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
-                delay=dict(_table(raw, "delay")), schemes=schemes, run=run, cluster=cluster, raw=raw)
+                delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays)
     build(spec)   # construct everything once: every error is raised now, before any work
+    _check_other_delays(spec)
     return spec
+
+
+def _delays(raw: dict) -> list[dict]:
+    """The delay tables: ``[delay]`` alone, or a non-empty ``[[delays]]`` array (a sweep)."""
+    if "delay" in raw and "delays" in raw:
+        raise ConfigError("spec: give either [delay] or [[delays]], not both")
+    if "delays" in raw:
+        if not isinstance(raw["delays"], list) or not raw["delays"] or not all(
+                isinstance(d, dict) for d in raw["delays"]):
+            raise ConfigError("[[delays]] must be a non-empty array of tables, each with name = a delay model")
+        return [dict(d) for d in raw["delays"]]
+    if "delay" not in raw:
+        raise ConfigError("spec: no [delay] table; add one (or [[delays]] tables) with name = a delay model")
+    return [dict(_table(raw, "delay"))]
+
+
+def _unlabelled(table: dict) -> dict:
+    return {k: v for k, v in table.items() if k != "label"}
+
+
+def _check_other_delays(spec: Spec) -> None:
+    from .delays import make_delay
+
+    for idx, table in enumerate(spec.delays[1:], start=1):
+        try:
+            make_delay(_unlabelled(table))
+        except ConfigError as err:
+            raise ConfigError(f"[[delays]] {idx}: {err}") from None
+
+
+def _check_run(run: dict) -> None:
+    """Types of the [run] keys that a comparison relies on (the factories check the rest)."""
+    from .errors import check_float, check_int
+
+    try:
+        if "iterations" in run:
+            check_int("iterations", run["iterations"], low=1)
+        if "seed" in run:
+            check_int("seed", run["seed"], low=0)
+        if "target_loss" in run:
+            check_float("target_loss", run["target_loss"])
+        if "time_budget" in run:
+            check_float("time_budget", run["time_budget"], low=0.0, low_open=True)
+    except ConfigError as err:
+        raise ConfigError(f"[run] {err}") from None
+    if "seeds" in run:
+        seeds = run["seeds"]
+        if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+            raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
 
 
 def _scheme_names() -> list[str]:
@@ -137,7 +198,7 @@ def _check_keys(table: dict, accepted: dict[str, str], where: str) -> None:
 def _named(table: dict, where: str) -> tuple[str, dict]:
     if "name" not in table:
         raise ConfigError(f"{where}: 'name' is missing")
-    params = dict(table)
+    params = _unlabelled(table)
     return params.pop("name"), params
 
 

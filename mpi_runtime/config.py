@@ -1,0 +1,90 @@
+"""Everything a rank needs from the spec, validated before launch (this module never imports mpi4py).
+
+:func:`load_run` reads the spec with :func:`gradcode.spec.load_spec` (which validates every table) and adds the
+checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers = "finish"``
+(what a real worker does: it cannot abandon a message it already sent), ``[run] time_scale`` (wall-clock seconds
+per model time unit) and ``[run] grace`` (seconds). ``gradcode run`` calls it before launching ``mpiexec``, and
+every rank calls it again inside the job: construction is deterministic, so every rank builds the same scheme,
+delay model and workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradcode.errors import ConfigError, check_float, check_int
+from gradcode.spec import Spec, build, load_spec, run_kwargs
+
+DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
+DEFAULT_GRACE = 10.0        # seconds
+
+
+@dataclass
+class RunConfig:
+    """A validated MPI run: the spec, the chosen scheme's index and the run parameters."""
+
+    spec: Spec
+    scheme_index: int
+    iterations: int
+    seed: int
+    lr: float | None
+    loss_every: int
+    target_loss: float | None
+    time_budget: float | None
+    time_scale: float
+    grace: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def workers(self) -> int:
+        return self.spec.workers
+
+    def build(self):
+        """``(scheme, delay, workload)``, freshly built (every rank does this; it is deterministic)."""
+        schemes, delay, workload = build(self.spec, scheme_index=self.scheme_index)
+        scheme = schemes[0]
+        scheme.bind(delay=delay)
+        scheme.reset()
+        return scheme, delay, workload
+
+
+def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dict[str, Any] | None = None
+             ) -> RunConfig:
+    """Load and validate a spec for an MPI run; raises :class:`ConfigError` naming the key on bad input."""
+    spec = load_spec(source)
+    for key, value in (overrides or {}).items():
+        if key == "workers":
+            spec.workers = value
+            spec.cluster["workers"] = value
+        else:
+            spec.run[key] = value
+    if overrides:
+        build(spec)   # re-check what the overrides changed
+    if not 0 <= scheme_index < len(spec.schemes):
+        raise ConfigError(f"--scheme {scheme_index}: the spec has {len(spec.schemes)} scheme(s), "
+                          f"0..{len(spec.schemes) - 1}")
+    if spec.workload is None:
+        raise ConfigError("MPI runs need a [workload] table: the ranks exchange real gradients")
+    kwargs = run_kwargs(spec)
+    late = kwargs.get("late_workers", "finish")
+    if late != "finish":
+        raise ConfigError(f"[cluster] late_workers = {late!r}: the MPI cluster only supports 'finish' "
+                          "(a real worker completes the work in hand; its late message is dropped by tag)")
+    if "seeds" in spec.run:
+        raise ConfigError("[run] seeds: an MPI run takes one seed; use [run] seed")
+    time_scale = check_float("[run] time_scale", spec.run.get("time_scale", DEFAULT_TIME_SCALE), low=0.0,
+                             low_open=True)
+    grace = check_float("[run] grace", spec.run.get("grace", DEFAULT_GRACE), low=0.0, low_open=True)
+    lr = kwargs.get("lr")
+    return RunConfig(
+        spec=spec, scheme_index=scheme_index,
+        iterations=check_int("[run] iterations", kwargs.get("iterations", 100), low=1),
+        seed=check_int("[run] seed", kwargs.get("seed", 0), low=0),
+        lr=None if lr is None else check_float("[run] lr", lr, low=0.0),
+        loss_every=check_int("[run] loss_every", kwargs.get("loss_every", 1), low=1),
+        target_loss=kwargs.get("target_loss"),
+        time_budget=kwargs.get("time_budget"),
+        time_scale=time_scale, grace=grace,
+    )

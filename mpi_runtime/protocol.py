@@ -1,0 +1,99 @@
+"""Buffer layouts, tags and the polling wait shared by every rank.
+
+Every message on the data path is one contiguous float64 numpy buffer sent with the buffer methods (``Isend`` /
+``Irecv``), never pickled:
+
+- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), k_parts, n_parts, parts...
+  (capacity P, padded with -1)]`` followed by the model ``w`` (``d`` values);
+- **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
+  wall time]`` followed by the message (``L`` values; a complex message travels as its float64 view, 2 per entry);
+- **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
+  communicator with the reserved tag :data:`CTRL_TAG`.
+
+**Tags.** MPI only guarantees tags ``0..32767``. Data messages carry ``t mod 32767`` and the header repeats the
+full iteration number, so a late message is recognised even after the tag wraps around; ``32767`` is reserved for
+control. Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on
+one communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
+been matched (and a pending receive for it can be cancelled safely, see :func:`cancel_receive`).
+
+**Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
+ones that work (REFERENCES section 6). Every wait here is ``Test`` + a short sleep (:data:`POLL`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+POLL = 2e-4             # seconds between two tests of a pending request
+CTRL_TAG = 32767        # STOP / ACK
+TAG_MOD = 32767         # data tags are t mod TAG_MOD, i.e. 0..32766
+
+PLAN_HEADER = 5         # t, load, batch, k_parts, n_parts
+RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
+
+
+def data_tag(t: int) -> int:
+    """The MPI tag of iteration ``t``'s plan and results (the header carries the full ``t``)."""
+    return t % TAG_MOD
+
+
+def plan_size(parts_capacity: int, d: int) -> int:
+    return PLAN_HEADER + parts_capacity + d
+
+
+def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: int, parts, w: np.ndarray,
+              capacity: int) -> None:
+    """Write worker ``i``'s plan and the model into ``buf`` (which no pending request may point at)."""
+    parts = tuple(parts)
+    if len(parts) > capacity:
+        raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
+    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts))
+    buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
+    buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
+    buf[PLAN_HEADER + capacity:] = w
+
+
+def unpack_plan(buf: np.ndarray, capacity: int) -> tuple[int, float, int | None, int, tuple[int, ...], np.ndarray]:
+    """``(t, load, batch, k_parts, parts, w)``; ``w`` is a view into ``buf``."""
+    t, load, batch, k_parts, n_parts = buf[:PLAN_HEADER]
+    parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_parts)])
+    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, buf[PLAN_HEADER + capacity:]
+
+
+def message_layout(scheme, d: int) -> tuple[int, bool]:
+    """``(float64 values per message, complex?)``: complex codes send real and imaginary parts."""
+    code = getattr(scheme, "code", None)
+    is_complex = bool(code is not None and code.is_complex)
+    return (2 * d if is_complex else d), is_complex
+
+
+def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:
+    """The float64 view of a message, as it travels."""
+    if is_complex:
+        return np.ascontiguousarray(message, dtype=np.complex128).view(np.float64)
+    return np.ascontiguousarray(message, dtype=np.float64)
+
+
+def from_payload(payload: np.ndarray, is_complex: bool) -> np.ndarray:
+    return payload.view(np.complex128) if is_complex else payload
+
+
+def wait(request: MPI.Request, poll: float = POLL) -> MPI.Status:
+    """Complete ``request`` by polling (Test + sleep): never spins a core."""
+    status = MPI.Status()
+    while not request.Test(status):
+        time.sleep(poll)
+    return status
+
+
+def cancel_receive(request: MPI.Request) -> bool:
+    """Cancel a pending *receive* (sends are never cancelled). Returns True if it was cancelled, False if a
+    message won the race and was received into the buffer (the caller discards it)."""
+    if request == MPI.REQUEST_NULL:
+        return True
+    request.Cancel()
+    status = wait(request)
+    return bool(status.Is_cancelled())

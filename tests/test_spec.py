@@ -1,0 +1,86 @@
+"""Experiment specs and the `gradcode simulate` command: validation before work, and the files it writes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradcode.cli import main
+from gradcode.errors import ConfigError
+from gradcode.spec import load_spec
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulate.toml"
+
+
+def base():
+    return {
+        "cluster": {"workers": 6},
+        "workload": {"name": "least_squares", "n_samples": 120, "dim": 3},
+        "delay": {"name": "exponential", "mu": 1.0},
+        "scheme": {"name": "fastest_k", "k": 4},
+        "run": {"iterations": 5, "seed": 0},
+    }
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda s: s.pop("cluster"), ["[cluster]", "workers"]),
+        (lambda s: s["cluster"].update(workers=0), ["n", ">= 1"]),
+        (lambda s: s["cluster"].update(nodes=3), ["nodes", "workers"]),
+        (lambda s: s.update(extra={}), ["extra", "accepted"]),
+        (lambda s: s["run"].update(iters=3), ["iters", "iterations"]),
+        (lambda s: s["scheme"].update(k=9), ["[scheme fastest_k]", "k"]),
+        (lambda s: s["scheme"].update(name="fastest"), ["unknown scheme", "fastest_k"]),
+        (lambda s: s["scheme"].pop("name"), ["name"]),
+        (lambda s: s["delay"].update(mu=-1), ["[delay]", "mu"]),
+        (lambda s: s["delay"].update(name="gamma"), ["[delay]", "gamma"]),
+        (lambda s: s["workload"].update(dims=3), ["[workload]", "dims"]),
+        (lambda s: s.pop("delay"), ["[delay]"]),
+        (lambda s: s.pop("scheme"), ["scheme", "fastest_k"]),
+    ],
+)
+def test_spec_errors_name_the_key(change, words):
+    spec = base()
+    change(spec)
+    with pytest.raises(ConfigError) as err:
+        load_spec(spec)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_example_spec_is_valid():
+    spec = load_spec(EXAMPLE)
+    assert spec.workers == 12 and spec.schemes[0]["code"] == "cyclic_repetition"
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[cluster\nworkers = 3")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_spec(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_spec(tmp_path / "nope.toml")
+
+
+def test_simulate_command_writes_records_and_summary(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["simulate", str(EXAMPLE), "--out", str(out), "--iterations", "15"]) == 0
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(records) == 15 == summary["iterations"]
+    assert summary["total_time"] == pytest.approx(records[-1]["end"])
+    assert all(r["method"] == "exact" for r in records)
+    assert "mean_iteration_time" in capsys.readouterr().out
+
+
+def test_simulate_command_reports_errors_without_traceback(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text('[cluster]\nworkers = 4\n[delay]\nname = "exponential"\n[scheme]\nname = "fastest_k"\nk = 7\n')
+    proc = subprocess.run([sys.executable, "-m", "gradcode", "simulate", str(spec), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "k" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()   # nothing ran
