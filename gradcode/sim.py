@@ -143,8 +143,8 @@ def _vectorizable(scheme: Scheme, workload, late_workers: str, budget: float) ->
 def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk: int = 256) -> list[dict]:
     """Iteration ``t`` lasts ``T_(m:n)`` of its own draws; iterations are sampled and sorted ``chunk`` at a time.
 
-    Records keep ``responders`` and ``load`` as numpy arrays (written out as lists), since at ``n = 10,000``
-    Python lists would cost more than the simulation itself.
+    Timing-only records (here and in :class:`_Run`) keep ``responders`` and ``load`` as numpy arrays (written out as
+    lists), since at ``n = 10,000`` Python lists would cost more than the simulation itself.
     """
     plan = scheme.plan(0)
     m, n = scheme.stop_count(), scheme.n
@@ -216,7 +216,8 @@ class _Run:
         used = float(plan.load[responders].sum())
         computed = float(plan.load[started].sum())
         rec = _record(self.scheme, t, start, end, responders, plan.load, combined,
-                      messages=int(started.sum()), computed=computed, wasted=computed - used)
+                      messages=int(started.sum()), computed=computed, wasted=computed - used,
+                      as_lists=self.workload is not None)
         rec["grad_error"] = self._grad_error if combined is not None else None
         if combined is not None:
             self.scheme.adapt(t, combined, elapsed=end - start)
@@ -270,7 +271,7 @@ class _Run:
         self.scheme.observe(t, micro[0], comm[0])
         responders = np.arange(self.n)
         rec = _record(self.scheme, t, start, end, responders, counts.astype(float), combined,
-                      messages=self.n, computed=float(counts.sum()), wasted=0.0)
+                      messages=self.n, computed=float(counts.sum()), wasted=0.0, as_lists=self.workload is not None)
         rec["drop_rate"] = 1.0 - float(counts.sum()) / (self.n * plan.micro_batches)
         rec["grad_error"] = self._grad_error if combined is not None else None
         return rec

@@ -81,8 +81,19 @@ class Scheme:
     # --- 1. plan --------------------------------------------------------------------------------------------
     def plan(self, t: int) -> Plan:
         """One partition per worker, load 1: the plan of every uncoded master scheme."""
-        parts = tuple((i,) for i in range(self.n))
-        return Plan(t=t, parts=parts, k_parts=self.n, load=np.ones(self.n), batch=self.batch)
+        return Plan(t=t, parts=self._own_parts(), k_parts=self.n, load=self._unit_load(), batch=self.batch)
+
+    def _own_parts(self) -> tuple[tuple[int, ...], ...]:
+        """``((0,), (1,), ...)``: worker ``i`` computes partition ``i`` (built once: plans are made every iteration)."""
+        if getattr(self, "_parts_cache", None) is None:
+            self._parts_cache = tuple((i,) for i in range(self.n))
+        return self._parts_cache
+
+    def _unit_load(self) -> np.ndarray:
+        if getattr(self, "_load_cache", None) is None:
+            self._load_cache = np.ones(self.n)
+            self._load_cache.setflags(write=False)
+        return self._load_cache
 
     # --- 2. encode ------------------------------------------------------------------------------------------
     def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:

@@ -170,9 +170,8 @@ class AdaptiveKLoad(Scheme):
     def plan(self, t: int) -> Plan:
         if self.delay is None:
             raise ConfigError("adaptive_k_load needs the delay model to choose (k, b): pass delay=... or bind() it")
-        parts = tuple((i,) for i in range(self.n))
         load = np.full(self.n, self.state.b / self.batch)
-        return Plan(t=t, parts=parts, k_parts=self.n, load=load, batch=self.state.b)
+        return Plan(t=t, parts=self._own_parts(), k_parts=self.n, load=load, batch=self.state.b)
 
     def stop_count(self) -> int:
         return self.state.k

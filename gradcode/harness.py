@@ -1,0 +1,372 @@
+"""The comparison harness: an experiment spec -> one folder per run -> summary, report and plots.
+
+Design
+------
+An *experiment* is a spec (see :mod:`gradcode.spec`) with one workload, one or several delay models (``[delay]`` or
+``[[delays]]``), several ``[[schemes]]``, ``[run] seeds`` and ``[cluster] kind`` (``sim``, ``mpi`` or ``both``). It
+is validated as a whole (every scheme built under every delay model, labels unique) before anything runs, then
+expanded into *runs*: one per (cluster, delay model, scheme, seed). Every run is a pure function of its own
+single-run spec, which is written into the run's folder ``OUT/runs/<run id>/`` together with:
+
+- ``spec.json`` / ``spec.toml``: the single-run spec as run (what ``gradcode simulate`` / ``gradcode run`` read);
+- ``run.json``: the labels and the constants the report needs to turn records into units (batch size, dimension,
+  message size), nothing measured;
+- ``records.jsonl``: one JSON line per iteration, flushed as soon as the iteration ends (``simulate(on_record=)``;
+  the MPI cluster writes its own);
+- ``COMPLETE``: written last, naming the number of records and a hash of the run's spec. A run whose folder holds
+  a ``COMPLETE`` marker matching its spec is never redone, so an interrupted comparison resumes where it stopped;
+  any other run is redone from scratch.
+
+The simulated cluster runs in-process. The MPI cluster runs as ``python -m gradcode run spec.toml --out FOLDER``
+(a subprocess per run, owned by ``mpi_runtime``); if mpi4py or that subcommand is missing, MPI runs are skipped,
+the experiment's notes say so and the report repeats it. The harness never aggregates anything itself: the report
+(:mod:`gradcode.report`) reads the run folders back and is the single place where records become rows, so
+``gradcode report OUT`` rebuilds exactly what ``gradcode compare`` wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, GradcodeError
+from .spec import Spec, build, load_spec, run_kwargs
+
+QUICK_ITERATIONS = 15        # --quick: at most this many iterations, the first seed only
+MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
+COMPLETE = "COMPLETE"
+
+
+class HarnessError(GradcodeError):
+    """A run that failed (for example an MPI job that exited with an error)."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run: its folder name, its single-run spec and the metadata the report needs."""
+
+    run_id: str
+    spec: dict[str, Any]
+    meta: dict[str, Any]
+
+    @property
+    def cluster(self) -> str:
+        return self.meta["cluster"]
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Experiment:
+    """A validated experiment, expanded into runs."""
+
+    name: str
+    spec: Spec
+    clusters: list[str]
+    runs: list[RunPlan]
+    notes: list[str] = field(default_factory=list)
+    quick: bool = False
+
+
+# --- the spec -------------------------------------------------------------------------------------------------
+def default_spec_path() -> Path:
+    """The built-in default experiment (``gradcode/data/default.toml``)."""
+    return Path(str(importlib.resources.files("gradcode") / "data" / "default.toml"))
+
+
+def scheme_label(table: dict[str, Any]) -> str:
+    """``label``, or the name and key parameters: ``"coded/cyclic_repetition s=2"``, ``"fastest_k k=6"``."""
+    if "label" in table:
+        return str(table["label"])
+    name = str(table.get("name"))
+    if "code" in table:
+        name += f"/{table['code']}"
+    params = " ".join(f"{k}={v}" for k, v in table.items() if k not in ("name", "code", "label"))
+    return f"{name} {params}".strip()
+
+
+def delay_label(table: dict[str, Any]) -> str:
+    """``label``, or ``"trace/bytedance-SE"``, ``"pareto alpha=2.0"``."""
+    if "label" in table:
+        return str(table["label"])
+    if table.get("name") == "trace":
+        return f"trace/{table.get('trace', 'bytedance-SE')}"
+    params = " ".join(f"{k}={v}" for k, v in table.items() if k not in ("name", "label") and not isinstance(v, dict))
+    return f"{table.get('name')} {params}".strip()
+
+
+def _unique(labels: list[str], where: str) -> None:
+    seen = [x for i, x in enumerate(labels) if x in labels[:i]]
+    if seen:
+        raise ConfigError(f"{where}: labels must be unique, {seen[0]!r} appears twice; set a distinct 'label' key")
+
+
+def seeds_of(spec: Spec) -> list[int]:
+    """``[run] seeds``, else ``[[run] seed]``, else ``[0]``."""
+    if "seeds" in spec.run:
+        return list(spec.run["seeds"])
+    return [int(spec.run.get("seed", 0))]
+
+
+def load_experiment(source: str | Path | dict | None = None, *, quick: bool = False,
+                    cluster: str | None = None, mpi: tuple[bool, str] | None = None) -> Experiment:
+    """Validate a whole experiment and expand it into runs (``source=None``: the built-in default).
+
+    ``cluster`` overrides ``[cluster] kind``; ``mpi`` is ``(available, reason)`` (default: :func:`mpi_status`),
+    and MPI runs are dropped, with a note, when it is not available.
+    """
+    spec = load_spec(default_spec_path() if source is None else source)
+    kind = cluster or spec.cluster.get("kind", "sim")
+    if kind not in ("sim", "mpi", "both"):
+        raise ConfigError(f"--cluster must be one of sim, mpi, both, got {kind!r}")
+    scheme_labels = [scheme_label(t) for t in spec.schemes]
+    delay_labels = [delay_label(t) for t in spec.delays]
+    _unique(scheme_labels, "[[schemes]]")
+    _unique(delay_labels, "[[delays]]")
+    for idx in range(1, len(spec.delays)):   # every scheme under every delay model, before any work
+        _build_under(spec, spec.delays[idx], delay_labels[idx])
+    seeds = seeds_of(spec)[:1] if quick else seeds_of(spec)
+    clusters = ["sim", "mpi"] if kind == "both" else [kind]
+    notes: list[str] = []
+    if "mpi" in clusters:
+        available, reason = mpi if mpi is not None else mpi_status()
+        if not available:
+            notes.append(f"MPI runs skipped: {reason}; only the simulated cluster was run.")
+            clusters = ["sim"]
+    name = str(spec.raw.get("experiment", {}).get("name", "experiment"))
+    runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick)
+            for c in clusters for di in range(len(spec.delays)) for si in range(len(spec.schemes)) for seed in seeds]
+    return Experiment(name=name, spec=spec, clusters=clusters, runs=runs, notes=notes, quick=quick)
+
+
+def _build_under(spec: Spec, delay: dict, label: str) -> None:
+    other = Spec(workers=spec.workers, workload=spec.workload, delay=_unlabelled(delay), schemes=spec.schemes,
+                 run=spec.run, cluster=spec.cluster, raw=spec.raw)
+    try:
+        schemes, built_delay, _ = build(other)
+        for scheme in schemes:
+            scheme.bind(delay=built_delay)
+    except ConfigError as err:
+        raise ConfigError(f"[[delays]] {label!r}: {err}") from None
+
+
+def _unlabelled(table: dict) -> dict:
+    return {k: v for k, v in table.items() if k != "label"}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:40] or "x"
+
+
+def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: list[str],
+          scheme_labels: list[str], quick: bool) -> RunPlan:
+    run = {k: v for k, v in spec.run.items() if k not in ("seeds", "seed")}
+    run["seed"] = seed
+    if quick:
+        run["iterations"] = min(int(run.get("iterations", 100)), QUICK_ITERATIONS)
+    single: dict[str, Any] = {
+        "experiment": {"name": f"{scheme_labels[si]} | {delay_labels[di]} | seed {seed}"},
+        "cluster": {**spec.cluster, "kind": cluster},
+        "delay": _unlabelled(spec.delays[di]),
+        "scheme": _unlabelled(spec.schemes[si]),
+        "run": run,
+    }
+    if spec.workload is not None:
+        single["workload"] = dict(spec.workload)
+    run_id = f"{cluster}__d{di}_{_slug(delay_labels[di])}__s{si}_{_slug(scheme_labels[si])}__seed{seed}"
+    meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
+            "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,
+            "workers": spec.workers, "target_loss": run.get("target_loss"), "time_scale": run.get("time_scale"),
+            **_units(single)}
+    return RunPlan(run_id=run_id, spec=single, meta=meta)
+
+
+def _units(single: dict) -> dict[str, Any]:
+    """Constants that turn records into samples and bytes: samples per load unit, floats per message, d."""
+    spec = load_spec(single)
+    (scheme,), delay, workload = build(spec)
+    scheme.bind(delay=delay)
+    plan = scheme.plan(0)
+    d = None if workload is None else int(workload.dim)
+    per_unit = scheme.batch if scheme.batch is not None else (
+        None if workload is None else workload.n_samples / plan.k_parts)
+    floats = None if d is None else (scheme.message_size(d) if hasattr(scheme, "message_size") else d)
+    return {"dim": d, "samples_per_unit": per_unit, "message_floats": floats}
+
+
+# --- MPI ------------------------------------------------------------------------------------------------------
+def mpi_status() -> tuple[bool, str]:
+    """Whether MPI runs are possible here: mpi4py importable and ``gradcode run`` present."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return False, "mpi4py is not installed (pip install gradcode[mpi])"
+    try:
+        probe = subprocess.run([sys.executable, "-m", "gradcode", "run", "--help"], capture_output=True,
+                               text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return False, f"`gradcode run --help` could not be started ({err})"
+    if probe.returncode != 0:
+        return False, "the `gradcode run` subcommand (the MPI cluster, mpi_runtime) is not available"
+    return True, "mpi4py and `gradcode run` found"
+
+
+# --- running --------------------------------------------------------------------------------------------------
+def is_complete(folder: Path, run: RunPlan) -> bool:
+    """A finished run: its ``COMPLETE`` marker exists and names this run's spec."""
+    marker = folder / COMPLETE
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("spec") == run.digest()
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def execute(run: RunPlan, runs_dir: Path) -> bool:
+    """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there; ``True`` if it ran now."""
+    folder = runs_dir / run.run_id
+    if is_complete(folder, run):
+        return False
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / "spec.json").write_text(json.dumps(run.spec, indent=2) + "\n")
+    (folder / "spec.toml").write_text(to_toml(run.spec))
+    (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
+    count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder)
+    (folder / COMPLETE).write_text(json.dumps({"spec": run.digest(), "records": count}) + "\n")
+    return True
+
+
+def _run_sim(run: RunPlan, folder: Path) -> int:
+    from . import sim
+
+    spec = load_spec(run.spec)
+    (scheme,), delay, workload = build(spec)
+    count = 0
+    with open(folder / "records.jsonl", "w") as fh:
+        def write(rec: dict) -> None:
+            nonlocal count
+            fh.write(json.dumps(rec, default=sim._jsonable) + "\n")
+            fh.flush()
+            count += 1
+
+        result = sim.simulate(scheme, delay, workload, on_record=write, **run_kwargs(spec))
+    (folder / "summary.json").write_text(json.dumps(result.summary, indent=2, default=sim._jsonable) + "\n")
+    return count
+
+
+def _run_mpi(run: RunPlan, folder: Path) -> int:
+    cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder)]
+    with open(folder / "mpi.log", "w") as log:
+        try:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=MPI_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s") from None
+    records = folder / "records.jsonl"
+    if proc.returncode != 0 or not records.is_file():
+        raise HarnessError(f"{run.run_id}: `{' '.join(cmd)}` failed (exit {proc.returncode}); see "
+                           f"{folder / 'mpi.log'}")
+    with open(records) as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def write_experiment(exp: Experiment, out: Path, source_text: str | None) -> None:
+    """``experiment.json`` (the run list, clusters and notes the report reads) and the spec as given."""
+    out.mkdir(parents=True, exist_ok=True)
+    if source_text is not None:
+        (out / "experiment.toml").write_text(source_text)
+    info = {"name": exp.name, "quick": exp.quick, "clusters": exp.clusters, "notes": exp.notes,
+            "runs": [r.run_id for r in exp.runs], "spec": exp.spec.raw}
+    (out / "experiment.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,
+            cluster: str | None = None, progress: bool = True, mpi: tuple[bool, str] | None = None) -> Path:
+    """Run every run of an experiment that is not complete yet, then write the summary, report and plots."""
+    from .report import build_report
+
+    exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi)
+    out = Path(out)
+    text = None
+    if source is None or isinstance(source, (str, Path)):
+        text = (default_spec_path() if source is None else Path(source)).read_text()
+    write_experiment(exp, out, text)
+    failures = _execute_all(exp, out / "runs", progress)
+    if failures:
+        info = json.loads((out / "experiment.json").read_text())
+        info["notes"] = exp.notes + [f"run failed: {msg}" for msg in failures]
+        (out / "experiment.json").write_text(json.dumps(info, indent=2) + "\n")
+    build_report(out)
+    return out
+
+
+def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
+    from tqdm import tqdm
+
+    done = sum(is_complete(runs_dir / r.run_id, r) for r in exp.runs)
+    failures: list[str] = []
+    with tqdm(total=len(exp.runs), initial=done, unit="run", disable=not progress, desc=exp.name) as bar:
+        for run in exp.runs:
+            bar.set_postfix_str(run.run_id[:60])
+            try:
+                if execute(run, runs_dir):
+                    bar.update(1)
+            except HarnessError as err:
+                failures.append(str(err))
+                bar.update(1)
+    return failures
+
+
+def compare_main(args) -> int:
+    """``gradcode compare [SPEC] [--out DIR] [--quick] [--cluster sim|mpi|both]``."""
+    name = Path(args.spec).stem if args.spec else "default"
+    out = Path(args.out) if args.out else Path("results") / name
+    out = compare(args.spec, out, quick=args.quick, cluster=args.cluster)
+    info = json.loads((out / "experiment.json").read_text())
+    for note in info["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {out / 'summary.csv'}, {out / 'summary.json'} and {out / 'report.md'}")
+    return 1 if any(n.startswith("run failed") for n in info["notes"]) else 0
+
+
+# --- TOML -----------------------------------------------------------------------------------------------------
+def to_toml(data: dict[str, Any]) -> str:
+    """A spec dict as TOML: top-level tables, arrays of tables, inline tables for nested dicts."""
+    lines: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines += [f"[{_key(key)}]"] + [f"{_key(k)} = {_value(v)}" for k, v in value.items()] + [""]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for table in value:
+                lines += [f"[[{_key(key)}]]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()] + [""]
+        else:
+            lines.insert(0, f"{_key(key)} = {_value(value)}")
+    return "\n".join(lines)
+
+
+def _key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, str)):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return {float("inf"): "inf", float("-inf"): "-inf"}.get(value, "nan" if value != value else repr(value))
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")

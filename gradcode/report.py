@@ -1,0 +1,328 @@
+"""Results of a comparison, rebuilt from the records alone: ``summary.csv``, ``summary.json``, ``report.md``, plots.
+
+Design
+------
+The report reads each run folder written by :mod:`gradcode.harness` (``run.json``: labels and unit constants;
+``records.jsonl``: what the cluster measured; ``COMPLETE``: the run finished) and turns every run into one summary
+row with :func:`gradcode.sim.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
+``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed) is
+reported with ``status = "partial"`` and is flagged wherever it appears; a truncated last line is dropped.
+
+Row fields (one row per scheme, delay model, seed and cluster; times in the delay model's units on the simulator,
+wall-clock seconds on MPI):
+
+- ``mean/p50/p95_iteration_time``, ``total_time``, ``ideal_total_time`` (the time the delays imply, summed),
+  ``overhead_ratio = total_time / ideal_total_time`` (1 on the simulator; MPI: runtime overhead);
+- ``time_to_target`` (end of the first iteration whose loss reaches ``[run] target_loss``; empty if never),
+  ``final_loss``;
+- ``computed_units`` / ``wasted_units``: load units computed by every worker that started, including the late
+  workers whose work was discarded (``wasted``); ``samples_computed`` / ``samples_wasted`` = units x samples per
+  unit (``[run] batch`` or the scheme's ``batch``; the partition size ``N / k_parts`` without mini-batches);
+- ``messages`` and ``bytes = messages x d x 8`` (x 2 for complex codes, whose messages carry two reals per entry;
+  DropCompute's All-Reduce counted as one d-vector per worker);
+- ``mean_residual``: mean decoding residual;
+- ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
+  this one, against the ``sync`` run on the same delay model, seed and cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+from .sim import summarize
+
+COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
+           "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
+           "time_to_target", "final_loss", "computed_units", "wasted_units", "samples_computed", "samples_wasted",
+           "messages", "bytes", "mean_residual", "speedup_iteration", "speedup_target", "scheme_name", "run_id"]
+AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
+              ("time_to_target", "time to target"), ("final_loss", "final loss"),
+              ("samples_computed", "samples computed"), ("bytes", "bytes sent"), ("mean_residual", "residual"),
+              ("speedup_iteration", "speedup/it."), ("speedup_target", "speedup to target")]
+MPI_TOLERANCE = 0.10
+
+
+@dataclass
+class RunData:
+    """One run folder read back: its metadata, its records, and whether it finished."""
+
+    meta: dict[str, Any]
+    records: list[dict[str, Any]]
+    complete: bool
+    folder: Path
+
+
+# --- reading --------------------------------------------------------------------------------------------------
+def read_records(path: Path) -> tuple[list[dict], bool]:
+    """The records of ``records.jsonl``, and whether every line was whole (a cut last line is dropped)."""
+    if not path.is_file():
+        return [], False
+    records, whole = [], True
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            whole = False
+    return records, whole
+
+
+def load_runs(folder: Path) -> list[RunData]:
+    """Every run of the experiment in ``folder`` that has records, in the experiment's order."""
+    info = _experiment(folder)
+    ids = info.get("runs") or sorted(p.parent.name for p in (folder / "runs").glob("*/run.json"))
+    runs = []
+    for run_id in ids:
+        run_dir = folder / "runs" / run_id
+        if not (run_dir / "run.json").is_file():
+            continue
+        records, whole = read_records(run_dir / "records.jsonl")
+        if not records:
+            continue
+        runs.append(RunData(json.loads((run_dir / "run.json").read_text()), records,
+                            whole and _marker_count(run_dir) == len(records), run_dir))
+    return runs
+
+
+def _marker_count(run_dir: Path) -> int | None:
+    try:
+        return json.loads((run_dir / "COMPLETE").read_text()).get("records")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None
+
+
+def _experiment(folder: Path) -> dict[str, Any]:
+    path = folder / "experiment.json"
+    if not path.is_file():
+        if not (folder / "runs").is_dir():
+            raise ConfigError(f"{folder}: not a results folder of `gradcode compare` (no experiment.json, no runs/)")
+        return {}
+    return json.loads(path.read_text())
+
+
+# --- rows -----------------------------------------------------------------------------------------------------
+def run_row(run: RunData) -> dict[str, Any]:
+    """One summary row from a run's records (see the module docstring for the fields)."""
+    meta, recs = run.meta, run.records
+    s = summarize(recs, target_loss=meta.get("target_loss"))
+    per_unit, floats = meta.get("samples_per_unit"), meta.get("message_floats")
+    ideal = s["ideal_total_time"]
+    return {
+        "scheme": meta["scheme"], "delay": meta["delay"], "seed": meta["seed"], "cluster": meta["cluster"],
+        "status": "complete" if run.complete else "partial", "iterations": s["iterations"],
+        "mean_iteration_time": s["mean_iteration_time"], "p50_iteration_time": s["p50_iteration_time"],
+        "p95_iteration_time": s["p95_iteration_time"], "total_time": s["total_time"], "ideal_total_time": ideal,
+        "overhead_ratio": s["total_time"] / ideal if ideal > 0 else None,
+        "time_to_target": s.get("time_to_target"), "final_loss": s["final_loss"],
+        "computed_units": s["computed"], "wasted_units": s["wasted"],
+        "samples_computed": None if per_unit is None else s["computed"] * per_unit,
+        "samples_wasted": None if per_unit is None else s["wasted"] * per_unit,
+        "messages": s["messages"], "bytes": None if floats is None else s["messages"] * floats * 8,
+        "mean_residual": s["mean_residual"], "speedup_iteration": None, "speedup_target": None,
+        "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],
+    }
+
+
+def summary_rows(runs: list[RunData]) -> list[dict[str, Any]]:
+    """All rows, with the speedups over the ``sync`` run on the same delay model, seed and cluster."""
+    rows = [run_row(r) for r in runs]
+    base = {}
+    for row in rows:
+        if row["scheme_name"] == "sync":
+            base.setdefault((row["delay"], row["seed"], row["cluster"]), row)
+    for row in rows:
+        ref = base.get((row["delay"], row["seed"], row["cluster"]))
+        if ref is None:
+            continue
+        row["speedup_iteration"] = _ratio(ref["mean_iteration_time"], row["mean_iteration_time"])
+        row["speedup_target"] = _ratio(ref["time_to_target"], row["time_to_target"])
+    return rows
+
+
+def _ratio(a, b) -> float | None:
+    return None if a is None or b is None or b <= 0 else float(a / b)
+
+
+def write_summary(folder: Path, rows: list[dict[str, Any]]) -> None:
+    """``summary.csv`` (empty cell = none) and ``summary.json``."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row[k] is None else repr(row[k]) if isinstance(row[k], float) else row[k])
+                         for k in COLUMNS})
+    (folder / "summary.csv").write_text(buf.getvalue())
+    (folder / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+# --- statistics -----------------------------------------------------------------------------------------------
+def mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of the t-based 95% confidence interval (``None`` with one value)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), None
+    import scipy.stats
+
+    half = float(scipy.stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return float(x.mean()), half
+
+
+def groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Rows grouped by (cluster, delay, scheme), in order of appearance."""
+    out: dict[tuple[str, str, str], list[dict]] = {}
+    for row in rows:
+        out.setdefault((row["cluster"], row["delay"], row["scheme"]), []).append(row)
+    return out
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.3e}"
+
+
+def cell(rows: list[dict], key: str) -> str:
+    values = [r[key] for r in rows if r[key] is not None]
+    if not values:
+        return "-"
+    mean, half = mean_ci(values)
+    text = _fmt(mean) if half is None else f"{_fmt(mean)} ± {_fmt(half)}"
+    return text if len(values) == len(rows) else f"{text} ({len(values)}/{len(rows)})"
+
+
+def _group_mean(rows: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rows if r[key] is not None]
+    return float(np.mean(values)) if len(values) == len(rows) and values else None
+
+
+# --- report.md ------------------------------------------------------------------------------------------------
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The summary table, one line per (cluster, delay, scheme): mean ± 95% CI over seeds."""
+    head = ["cluster", "delay", "scheme", "seeds"] + [title for _, title in AGGREGATED]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (cluster, delay, scheme), rs in groups(rows).items():
+        flag = " (partial)" if any(r["status"] != "complete" for r in rs) else ""
+        cells = [cluster, delay, scheme + flag, str(len(rs))] + [cell(rs, key) for key, _ in AGGREGATED]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
+    """Which scheme wins on time, on computation and on communication, per cluster and delay model."""
+    lines = []
+    by_setting: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for (cluster, delay, scheme), rs in groups(rows).items():
+        by_setting.setdefault((cluster, delay), {})[scheme] = rs
+    for (cluster, delay), schemes in by_setting.items():
+        time_key = "time_to_target" if target is not None else "mean_iteration_time"
+        timed = {s: _group_mean(rs, time_key) for s, rs in schemes.items()}
+        timed = {s: v for s, v in timed.items() if v is not None}
+        parts = [f"- **{cluster}, {delay}**:"]
+        if timed:
+            best = min(timed, key=timed.get)
+            speed = _group_mean(schemes[best], "speedup_target" if target is not None else "speedup_iteration")
+            what = f"time to loss {target:g}" if target is not None else "mean iteration time"
+            parts.append(f"fastest ({what}): {best} ({_fmt(timed[best])}"
+                         + (f", {speed:.2f}x sync" if speed is not None else "") + ");")
+        else:
+            parts.append("no scheme reached the target loss in every seed;")
+        for key, what in (("samples_computed", "least computation"), ("bytes", "least communication")):
+            vals = {s: _group_mean(rs, key) for s, rs in schemes.items()}
+            vals = {s: v for s, v in vals.items() if v is not None}
+            if vals:
+                best = min(vals, key=vals.get)
+                parts.append(f"{what}: {best} ({_fmt(vals[best])} {key.split('_')[0]});")
+        lines.append(" ".join(parts))
+    return lines
+
+
+def mpi_vs_sim(rows: list[dict[str, Any]], runs: list[RunData]) -> list[str]:
+    """Ratio MPI / simulator of the mean iteration time per (delay, scheme), flagged beyond 10%.
+
+    Simulator times are in model units and MPI times in seconds: the simulator's are scaled by ``time_scale``.
+    """
+    scale = {r.meta["run_id"]: r.meta.get("time_scale") for r in runs}
+    sim = {(r["delay"], r["scheme"], r["seed"]): r for r in rows if r["cluster"] == "sim"}
+    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in rows:
+        ref = sim.get((r["delay"], r["scheme"], r["seed"]))
+        ts = scale.get(r["run_id"])
+        if r["cluster"] == "mpi" and ref is not None and ts:
+            pairs.setdefault((r["delay"], r["scheme"]), []).append(
+                (r["mean_iteration_time"], ref["mean_iteration_time"] * ts))
+    if not pairs:
+        return []
+    lines = ["| delay | scheme | MPI mean it. time (s) | simulator x time_scale (s) | ratio MPI/sim | within 10% |",
+             "|---|---|---|---|---|---|"]
+    for (delay, scheme), vals in pairs.items():
+        mpi_t = float(np.mean([a for a, _ in vals]))
+        sim_t = float(np.mean([b for _, b in vals]))
+        ratio = mpi_t / sim_t if sim_t > 0 else float("nan")
+        ok = "yes" if abs(ratio - 1.0) <= MPI_TOLERANCE else "**NO (> 10%)**"
+        lines.append(f"| {delay} | {scheme} | {_fmt(mpi_t)} | {_fmt(sim_t)} | {ratio:.3f} | {ok} |")
+    return lines
+
+
+def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plots: list[str]) -> str:
+    """The text of ``report.md``."""
+    target = next((r.meta.get("target_loss") for r in runs if r.meta.get("target_loss") is not None), None)
+    out = [f"# Comparison: {info.get('name', folder.name)}", ""]
+    desc = info.get("spec", {}).get("experiment", {}).get("description")
+    if desc:
+        out += [desc, ""]
+    out += [f"Clusters: {', '.join(info.get('clusters', sorted({r['cluster'] for r in rows})))}; "
+            f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Simulator times are in units of"
+            " the delay model, MPI times in wall-clock seconds.", ""]
+    notes = list(info.get("notes", []))
+    partial = [r["run_id"] for r in rows if r["status"] != "complete"]
+    if partial:
+        notes.append(f"{len(partial)} run(s) are PARTIAL (no completion marker; reported from the records so far): "
+                     + ", ".join(partial))
+    if notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds; `(j/m)`: only j of "
+            "m seeds have a value (e.g. reached the target).", ""] + table(rows) + [""]
+    out += ["## Reading", ""] + reading(rows, target) + [""]
+    out += ["## MPI vs simulator", ""]
+    cross = mpi_vs_sim(rows, runs)
+    out += cross if cross else ["MPI runs are not part of this comparison"
+                                + (f" ({info['notes'][0]})" if info.get("notes") else "") + "."]
+    out += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots] + [""]
+    out += ["## Definitions", "", _definitions(), ""]
+    return "\n".join(out)
+
+
+def _definitions() -> str:
+    doc = __doc__ or ""
+    return doc[doc.index("Row fields"):].strip()
+
+
+def build_report(folder: str | Path) -> Path:
+    """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` of ``folder`` from its records."""
+    from . import plots
+
+    folder = Path(folder)
+    info = _experiment(folder)
+    runs = load_runs(folder)
+    if not runs:
+        raise ConfigError(f"{folder}: no run has any records yet")
+    rows = summary_rows(runs)
+    write_summary(folder, rows)
+    made = plots.make_all(folder / "plots", runs, rows)
+    (folder / "report.md").write_text(render(folder, info, runs, rows, made))
+    return folder / "report.md"
+
+
+def report_main(args) -> int:
+    """``gradcode report FOLDER``."""
+    path = build_report(args.folder)
+    print(f"wrote {path}, {path.parent / 'summary.csv'}, {path.parent / 'summary.json'} and plots/")
+    return 0
