@@ -254,12 +254,12 @@ class _Run:
     # --- decentralized (All-Reduce) schemes ------------------------------------------------------------------
     def _allreduce_step(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
-        micro, comm = self.delay.sample_micro(self.seed, t, self.n, plan.micro_batches)
-        counts, ctime = self.scheme.local_stop(micro[0], plan.tau)
-        if not np.all(np.isfinite(ctime + comm[0])):
-            silent = np.flatnonzero(~np.isfinite(ctime + comm[0])).tolist()
+        micro, comm = self.scheme.micro_times(self.delay, self.seed, t)
+        counts, ctime = self.scheme.local_stop(micro, plan.tau)
+        if not np.all(np.isfinite(ctime + comm)):
+            silent = np.flatnonzero(~np.isfinite(ctime + comm)).tolist()
             raise SimulationError(f"{self.scheme.name}: All-Reduce cannot finish; workers {silent} never answer")
-        end = start + float(np.max(ctime + comm[0]))
+        end = start + float(np.max(ctime + comm))
         self.clock = end
         combined = None
         if self.workload is not None:
@@ -268,7 +268,7 @@ class _Run:
             done = (np.arange(M)[None, :] < counts[:, None]).reshape(-1)
             combined = self.scheme.combine_sum(P[done].sum(axis=0), int(counts.sum()), plan)
             self._apply(combined.gradient, P.sum(axis=0))
-        self.scheme.observe(t, micro[0], comm[0])
+        self.scheme.observe(t, micro, comm)
         responders = np.arange(self.n)
         rec = _record(self.scheme, t, start, end, responders, counts.astype(float), combined,
                       messages=self.n, computed=float(counts.sum()), wasted=0.0, as_lists=self.workload is not None)

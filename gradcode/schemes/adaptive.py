@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import Combined, Plan, Scheme, check_k
+from ._base import Combined, Plan, check_k
+from .uncoded import _Averaging
 
 
 @dataclass
@@ -43,15 +44,6 @@ class PflugTest:
         return state.count > self.burn_in and state.total < -self.threshold
 
 
-def _own_partition(partials, responders, plan: Plan) -> np.ndarray:
-    return partials[np.asarray(responders)]   # worker i holds partition i alone
-
-
-def _averaged(messages, responders, plan: Plan) -> Combined:
-    messages = np.asarray(messages)
-    return Combined(messages.sum(axis=0) * (plan.k_parts / len(responders)), method="average")
-
-
 @dataclass
 class AdaptiveKState:
     k: int
@@ -59,7 +51,7 @@ class AdaptiveKState:
     switches: list[int] = field(default_factory=list)
 
 
-class AdaptiveK(Scheme):
+class AdaptiveK(_Averaging):
     """Adaptive fastest-k (Kas Hanna, Bitar, Parag, Dasari, El Rouayheb, arXiv 2002.11005): wait for the first ``k``
     responses; start at ``k0`` and raise ``k`` by ``step`` (up to ``k_max``) each time the stationarity test fires.
     """
@@ -84,12 +76,6 @@ class AdaptiveK(Scheme):
     def stop_count(self) -> int:
         return self.state.k
 
-    def combine(self, messages, responders, plan: Plan) -> Combined:
-        return _averaged(messages, responders, plan)
-
-    def messages(self, partials, responders, plan: Plan) -> np.ndarray:
-        return _own_partition(partials, responders, plan)
-
     def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:
         if self.test.update(self.state.test, combined.gradient) and self.state.k < self.k_max:
             self.state.k = min(self.state.k + self.step, self.k_max)
@@ -108,7 +94,7 @@ class AdaptiveKLoadState:
     test: PflugState = field(default_factory=PflugState)
 
 
-class AdaptiveKLoad(Scheme):
+class AdaptiveKLoad(_Averaging):
     """Adaptive ``k`` and per-worker load ``b`` (Egger, Kas Hanna, Bitar, arXiv 2304.08589); the project's reading
     [derived]: the noise floor depends on the effective batch ``k*b`` while the work per iteration is ``n*b``.
 
@@ -164,9 +150,6 @@ class AdaptiveKLoad(Scheme):
         k, b = self._choices.get(self.stages[0], (self.n, self.batch))
         return AdaptiveKLoadState(stage=0, k=k, b=b)
 
-    def reset(self) -> None:
-        self.state = self._initial_state()
-
     def plan(self, t: int) -> Plan:
         if self.delay is None:
             raise ConfigError("adaptive_k_load needs the delay model to choose (k, b): pass delay=... or bind() it")
@@ -175,12 +158,6 @@ class AdaptiveKLoad(Scheme):
 
     def stop_count(self) -> int:
         return self.state.k
-
-    def combine(self, messages, responders, plan: Plan) -> Combined:
-        return _averaged(messages, responders, plan)
-
-    def messages(self, partials, responders, plan: Plan) -> np.ndarray:
-        return _own_partition(partials, responders, plan)
 
     def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:
         st = self.state

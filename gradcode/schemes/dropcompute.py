@@ -10,7 +10,9 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain).
 
 The summed gradient is divided by ``N*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
-by the number computed. No dropping in the first ``warmup`` steps. ``tau='auto'`` records every micro-batch time for
+by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work of the delay
+model (default 1; with ``micro_load = 1/M`` a full step costs what one unit costs a master scheme's worker, which
+makes comparisons with fastest-k or codes at the same per-worker work fair). ``tau='auto'`` records every micro-batch time for
 ``record_steps`` steps after the warm-up, then picks, among ``candidates`` thresholds from the smallest to the largest
 cumulative time, the one that maximises throughput ``(1 - drop rate) * (T_old / T_new)``. The official rule predicts
 ``T_new`` as if the micro-batch crossing ``tau`` were dropped for free (optimistic); ``auto_rule='replay'`` (the
@@ -95,7 +97,8 @@ class DropCompute(Scheme):
 
     def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
                  record_steps: int = 40, candidates: int = 200, check: str = "official",
-                 forward_share: float = 1 / 3, auto_rule: str = "replay", batch: int | None = None):
+                 forward_share: float = 1 / 3, auto_rule: str = "replay", micro_load: float = 1.0,
+                 batch: int | None = None):
         super().__init__(n, batch=batch)
         self.M = check_int("M", M, low=1)
         if tau == "auto" or tau is None:
@@ -114,6 +117,7 @@ class DropCompute(Scheme):
         self.record_steps = check_int("record_steps", record_steps, low=1)
         self.candidates = check_int("candidates", candidates, low=2)
         self.forward_share = check_float("forward_share", forward_share, low=0.0, high=1.0)
+        self.micro_load = check_float("micro_load", micro_load, low=0.0, low_open=True)
         self._parts = tuple(tuple(range(i * self.M, (i + 1) * self.M)) for i in range(self.n))
         self.reset()
 
@@ -124,8 +128,14 @@ class DropCompute(Scheme):
         return float("inf") if t < self.warmup else self.state.tau
 
     def plan(self, t: int) -> Plan:
-        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, float(self.M)),
+        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
                     batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
+
+    def micro_times(self, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Iteration ``t``'s micro-batch times ``(n, M)`` and communication ``(n,)``: the delay model's draws, each
+        micro-batch ``micro_load`` units of work. Both clusters call this, so they see the same times."""
+        micro, comm = delay.sample_micro(seed, t, self.n, self.M)
+        return micro[0] * self.micro_load, comm[0]
 
     def local_stop(self, micro: np.ndarray, tau: float):
         """``(counts, compute times)`` of the workers given their micro-batch times ``(N, M)``."""
