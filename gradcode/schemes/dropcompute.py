@@ -10,9 +10,11 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain).
 
 The summed gradient is divided by ``N*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
-by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work of the delay
-model (default 1; with ``micro_load = 1/M`` a full step costs what one unit costs a master scheme's worker, which
-makes comparisons with fastest-k or codes at the same per-worker work fair). ``tau='auto'`` records every micro-batch time for
+by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work
+of the delay model (default 1; with ``micro_load = 1/M`` a full step costs what one unit costs a master scheme's
+worker, which makes comparisons with fastest-k or codes at the same per-worker work fair).
+
+``tau='auto'`` records every micro-batch time for
 ``record_steps`` steps after the warm-up, then picks, among ``candidates`` thresholds from the smallest to the largest
 cumulative time, the one that maximises throughput ``(1 - drop rate) * (T_old / T_new)``. The official rule predicts
 ``T_new`` as if the micro-batch crossing ``tau`` were dropped for free (optimistic); ``auto_rule='replay'`` (the
