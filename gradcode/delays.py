@@ -49,9 +49,7 @@ import warnings
 from typing import ClassVar
 
 import numpy as np
-import scipy.integrate
 import scipy.special
-import scipy.stats
 
 from ._params import check_params
 from .errors import ConfigError, check_float, check_int
@@ -394,6 +392,9 @@ class DelayModel:
         def F_avg(x: np.ndarray) -> np.ndarray:
             return sum(c * g._total_cdf(x, load) for c, g in groups) / n
 
+        import scipy.integrate  # imported here: scipy.stats/integrate cost 0.3 s at start-up, on every MPI rank
+        import scipy.stats
+
         probs = scipy.stats.beta.ppf(_BETA_LEVELS, k, n - k + 1)
         probe = _quantiles(F_avg, np.asarray(probs), lower)
         bps = sorted({load * b + c_shift for _, g in groups for b in g._breakpoints() if np.isfinite(b)})
@@ -465,6 +466,8 @@ def _order_survival(k: int, counts: list[int], Ss: list[np.ndarray]) -> np.ndarr
     """
     if len(counts) == 1:
         return _binom_cdf(k - 1, counts[0], Ss[0])
+    import scipy.stats
+
     m = len(Ss[0])
     K = min(k, sum(counts[1:]) + 1)
     # pmf of the number of successes among groups 1.. (truncated to 0..K-1), per point

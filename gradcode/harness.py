@@ -41,7 +41,7 @@ from typing import Any
 from .errors import ConfigError, GradcodeError
 from .spec import Spec, build, load_spec, run_kwargs
 
-QUICK_ITERATIONS = 15        # --quick: at most this many iterations, the first seed only
+QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
 MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
 COMPLETE = "COMPLETE"
 
@@ -144,8 +144,9 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
             notes.append(f"MPI runs skipped: {reason}; only the simulated cluster was run.")
             clusters = ["sim"]
     name = str(spec.raw.get("experiment", {}).get("name", "experiment"))
+    delays = range(1 if quick else len(spec.delays))   # --quick: the first delay model only
     runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick)
-            for c in clusters for di in range(len(spec.delays)) for si in range(len(spec.schemes)) for seed in seeds]
+            for c in clusters for di in delays for si in range(len(spec.schemes)) for seed in seeds]
     return Experiment(name=name, spec=spec, clusters=clusters, runs=runs, notes=notes, quick=quick)
 
 
@@ -198,25 +199,46 @@ def _units(single: dict) -> dict[str, Any]:
     scheme.bind(delay=delay)
     plan = scheme.plan(0)
     d = None if workload is None else int(workload.dim)
-    per_unit = scheme.batch if scheme.batch is not None else (
-        None if workload is None else workload.n_samples / plan.k_parts)
+    per_unit = scheme.samples_per_unit
+    if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
+        per_unit = workload.n_samples / plan.k_parts
     floats = None if d is None else (scheme.message_size(d) if hasattr(scheme, "message_size") else d)
     return {"dim": d, "samples_per_unit": per_unit, "message_floats": floats}
 
 
 # --- MPI ------------------------------------------------------------------------------------------------------
-def mpi_status() -> tuple[bool, str]:
-    """Whether MPI runs are possible here: mpi4py importable and ``gradcode run`` present."""
+def mpi_launcher(workers: int) -> tuple[list[str] | None, str]:
+    """The command prefix that runs one single-run spec on the MPI cluster, or ``None`` and why not.
+
+    ``gradcode run SPEC --out DIR`` when the CLI has it; otherwise, with mpi4py, ``mpi_runtime`` and ``mpiexec``
+    present, ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC --out DIR`` (what ``gradcode run`` wraps).
+    """
     if importlib.util.find_spec("mpi4py") is None:
-        return False, "mpi4py is not installed (pip install gradcode[mpi])"
+        return None, "mpi4py is not installed (pip install gradcode[mpi])"
+    if _has_run_subcommand():
+        return [sys.executable, "-m", "gradcode", "run"], "`gradcode run`"
+    if importlib.util.find_spec("mpi_runtime") is None:
+        return None, "neither the `gradcode run` subcommand nor the mpi_runtime package is available"
+    mpiexec = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
+    if not Path(mpiexec).is_file():
+        return None, "mpiexec was not found (install mpich or openmpi)"
+    return [mpiexec, "-n", str(workers + 1), sys.executable, "-m", "mpi4py", "-m", "mpi_runtime"], \
+        "mpiexec + mpi_runtime (`gradcode run` not available)"
+
+
+def _has_run_subcommand() -> bool:
     try:
         probe = subprocess.run([sys.executable, "-m", "gradcode", "run", "--help"], capture_output=True,
                                text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return False, f"`gradcode run --help` could not be started ({err})"
-    if probe.returncode != 0:
-        return False, "the `gradcode run` subcommand (the MPI cluster, mpi_runtime) is not available"
-    return True, "mpi4py and `gradcode run` found"
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def mpi_status() -> tuple[bool, str]:
+    """Whether MPI runs are possible here, and how they are launched (or why not)."""
+    cmd, reason = mpi_launcher(1)
+    return cmd is not None, reason
 
 
 # --- running --------------------------------------------------------------------------------------------------
@@ -266,7 +288,10 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
 
 
 def _run_mpi(run: RunPlan, folder: Path) -> int:
-    cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder)]
+    prefix, reason = mpi_launcher(run.meta["workers"])
+    if prefix is None:
+        raise HarnessError(f"{run.run_id}: MPI is not available: {reason}")
+    cmd = prefix + [str(folder / "spec.toml"), "--out", str(folder)]
     with open(folder / "mpi.log", "w") as log:
         try:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=MPI_TIMEOUT)

@@ -8,8 +8,8 @@ row with :func:`gradcode.sim.summarize` plus unit conversions, so ``gradcode rep
 ``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed) is
 reported with ``status = "partial"`` and is flagged wherever it appears; a truncated last line is dropped.
 
-Row fields (one row per scheme, delay model, seed and cluster; times in the delay model's units on the simulator,
-wall-clock seconds on MPI):
+Row fields (one row per scheme, delay model, seed and cluster; times in the delay model's units on both clusters:
+the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
 
 - ``mean/p50/p95_iteration_time``, ``total_time``, ``ideal_total_time`` (the time the delays imply, summed),
   ``overhead_ratio = total_time / ideal_total_time`` (1 on the simulator; MPI: runtime overhead);
@@ -244,30 +244,27 @@ def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
     return lines
 
 
-def mpi_vs_sim(rows: list[dict[str, Any]], runs: list[RunData]) -> list[str]:
-    """Ratio MPI / simulator of the mean iteration time per (delay, scheme), flagged beyond 10%.
+def mpi_vs_sim(rows: list[dict[str, Any]]) -> list[str]:
+    """Ratio MPI / simulator of the mean iteration time per (delay, scheme) over common seeds, flagged beyond 10%.
 
-    Simulator times are in model units and MPI times in seconds: the simulator's are scaled by ``time_scale``.
+    Both are in model time units: the MPI cluster divides wall-clock seconds by ``time_scale``.
     """
-    scale = {r.meta["run_id"]: r.meta.get("time_scale") for r in runs}
     sim = {(r["delay"], r["scheme"], r["seed"]): r for r in rows if r["cluster"] == "sim"}
-    pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    pairs: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     for r in rows:
         ref = sim.get((r["delay"], r["scheme"], r["seed"]))
-        ts = scale.get(r["run_id"])
-        if r["cluster"] == "mpi" and ref is not None and ts:
+        if r["cluster"] == "mpi" and ref is not None:
             pairs.setdefault((r["delay"], r["scheme"]), []).append(
-                (r["mean_iteration_time"], ref["mean_iteration_time"] * ts))
+                (r["mean_iteration_time"], ref["mean_iteration_time"], r["overhead_ratio"] or float("nan")))
     if not pairs:
         return []
-    lines = ["| delay | scheme | MPI mean it. time (s) | simulator x time_scale (s) | ratio MPI/sim | within 10% |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| delay | scheme | MPI mean it. time | simulator mean it. time | ratio MPI/sim | MPI overhead ratio "
+             "| within 10% |", "|---|---|---|---|---|---|---|"]
     for (delay, scheme), vals in pairs.items():
-        mpi_t = float(np.mean([a for a, _ in vals]))
-        sim_t = float(np.mean([b for _, b in vals]))
+        mpi_t, sim_t, over = (float(np.mean(col)) for col in zip(*vals, strict=True))
         ratio = mpi_t / sim_t if sim_t > 0 else float("nan")
         ok = "yes" if abs(ratio - 1.0) <= MPI_TOLERANCE else "**NO (> 10%)**"
-        lines.append(f"| {delay} | {scheme} | {_fmt(mpi_t)} | {_fmt(sim_t)} | {ratio:.3f} | {ok} |")
+        lines.append(f"| {delay} | {scheme} | {_fmt(mpi_t)} | {_fmt(sim_t)} | {ratio:.3f} | {over:.3f} | {ok} |")
     return lines
 
 
@@ -279,8 +276,8 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     if desc:
         out += [desc, ""]
     out += [f"Clusters: {', '.join(info.get('clusters', sorted({r['cluster'] for r in rows})))}; "
-            f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Simulator times are in units of"
-            " the delay model, MPI times in wall-clock seconds.", ""]
+            f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Times are in units of the delay"
+            " model on both clusters (MPI: wall-clock seconds / time_scale).", ""]
     notes = list(info.get("notes", []))
     partial = [r["run_id"] for r in rows if r["status"] != "complete"]
     if partial:
@@ -292,7 +289,7 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
             "m seeds have a value (e.g. reached the target).", ""] + table(rows) + [""]
     out += ["## Reading", ""] + reading(rows, target) + [""]
     out += ["## MPI vs simulator", ""]
-    cross = mpi_vs_sim(rows, runs)
+    cross = mpi_vs_sim(rows)
     out += cross if cross else ["MPI runs are not part of this comparison"
                                 + (f" ({info['notes'][0]})" if info.get("notes") else "") + "."]
     out += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots] + [""]

@@ -270,8 +270,9 @@ class _Run:
             self._apply(combined.gradient, P.sum(axis=0))
         self.scheme.observe(t, micro, comm)
         responders = np.arange(self.n)
-        rec = _record(self.scheme, t, start, end, responders, counts.astype(float), combined,
-                      messages=self.n, computed=float(counts.sum()), wasted=0.0, as_lists=self.workload is not None)
+        units = counts * (plan.load / plan.micro_batches)   # load units computed by each worker
+        rec = _record(self.scheme, t, start, end, responders, units, combined,
+                      messages=self.n, computed=float(units.sum()), wasted=0.0, as_lists=self.workload is not None)
         rec["drop_rate"] = 1.0 - float(counts.sum()) / (self.n * plan.micro_batches)
         rec["grad_error"] = self._grad_error if combined is not None else None
         return rec

@@ -35,6 +35,10 @@ PLAN_HEADER = 5         # t, load, batch, k_parts, n_parts
 RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
 
 
+class RunFailure(RuntimeError):
+    """The run cannot go on (the reason is the message); the job exits non-zero."""
+
+
 def data_tag(t: int) -> int:
     """The MPI tag of iteration ``t``'s plan and results (the header carries the full ``t``)."""
     return t % TAG_MOD
@@ -81,10 +85,14 @@ def from_payload(payload: np.ndarray, is_complex: bool) -> np.ndarray:
     return payload.view(np.complex128) if is_complex else payload
 
 
-def wait(request: MPI.Request, poll: float = POLL) -> MPI.Status:
-    """Complete ``request`` by polling (Test + sleep): never spins a core."""
+def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None) -> MPI.Status:
+    """Complete ``request`` by polling (Test + sleep): never spins a core. Raises :class:`TimeoutError` after
+    ``timeout`` seconds (None: wait for ever)."""
     status = MPI.Status()
+    limit = None if timeout is None else time.perf_counter() + timeout
     while not request.Test(status):
+        if limit is not None and time.perf_counter() > limit:
+            raise TimeoutError(f"no completion within {timeout:g} s")
         time.sleep(poll)
     return status
 

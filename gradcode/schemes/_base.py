@@ -75,6 +75,11 @@ class Scheme:
         """A fresh state object (schemes that adapt override this)."""
         return None
 
+    @property
+    def samples_per_unit(self) -> int | float | None:
+        """Samples in one unit of load (the reference mini-batch); ``None`` when partitions are used whole."""
+        return self.batch
+
     def bind(self, *, delay=None) -> None:
         """Give the scheme what it may need from the cluster (the delay model, for schemes that plan with it)."""
 

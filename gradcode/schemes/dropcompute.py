@@ -133,6 +133,10 @@ class DropCompute(Scheme):
         return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
                     batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
 
+    @property
+    def samples_per_unit(self) -> float | None:
+        return None if self.batch is None else self.batch / self.micro_load
+
     def micro_times(self, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Iteration ``t``'s micro-batch times ``(n, M)`` and communication ``(n,)``: the delay model's draws, each
         micro-batch ``micro_load`` units of work. Both clusters call this, so they see the same times."""

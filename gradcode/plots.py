@@ -1,0 +1,201 @@
+"""PNG plots of a comparison, drawn from the run records only (matplotlib, Agg backend, imported lazily).
+
+- ``loss_vs_time.png``: loss against (virtual or wall) time, one line per scheme, one panel per delay model;
+- ``iteration_time_cdf.png``: empirical CDF of the iteration times (all seeds pooled), one panel per delay model;
+- ``tradeoff.png``: samples computed against speedup over sync (mean over seeds), one point per scheme and delay;
+- ``adaptive.png``: ``k``, the per-worker load and DropCompute's ``tau`` against the iteration, for the schemes
+  that adapt them;
+- ``timeline.png``: the first iterations of a few schemes, one row per worker. Records hold each iteration's start,
+  end, ordered responders and loads, not the arrival time of every worker, so every bar spans the whole iteration
+  and its colour gives the worker's role: *busy* (a responder whose message was used), *waited-for* (the last
+  responder: the iteration ended when it arrived), *wasted* (started with a positive load but not used: its work
+  was discarded), *idle* (load 0). The true busy time of a responder that arrived early is shorter than its bar.
+
+Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _shown(runs: list) -> list:
+    """Runs of the preferred cluster (sim if present)."""
+    clusters = {r.meta["cluster"] for r in runs}
+    cluster = "sim" if "sim" in clusters else sorted(clusters)[0]
+    return [r for r in runs if r.meta["cluster"] == cluster]
+
+
+def _delays(runs: list) -> list[str]:
+    return list(dict.fromkeys(r.meta["delay"] for r in runs))
+
+
+def _first_seed(runs: list) -> list:
+    seed = min(r.meta["seed"] for r in runs)
+    return [r for r in runs if r.meta["seed"] == seed]
+
+
+def _panels(plt, count: int, rows: int = 1, height: float = 3.6):
+    fig, axes = plt.subplots(rows, count, figsize=(5.2 * count, height * rows), squeeze=False)
+    return fig, axes
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def loss_vs_time(runs: list, path: Path) -> None:
+    plt = _pyplot()
+    runs = _first_seed(_shown(runs))
+    delays = _delays(runs)
+    fig, axes = _panels(plt, len(delays))
+    for ax, delay in zip(axes[0], delays, strict=False):
+        for run in (r for r in runs if r.meta["delay"] == delay):
+            pts = [(rec["end"], rec["loss"]) for rec in run.records if rec.get("loss") is not None]
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.plot(x, y, label=run.meta["scheme"] + ("" if run.complete else " (partial)"), lw=1.2)
+        target = runs[0].meta.get("target_loss")
+        if target is not None:
+            ax.axhline(target, color="grey", ls=":", lw=1)
+        ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="time", ylabel="loss", yscale="log")
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def iteration_time_cdf(runs: list, path: Path) -> None:
+    plt = _pyplot()
+    runs = _shown(runs)
+    delays = _delays(runs)
+    fig, axes = _panels(plt, len(delays))
+    for ax, delay in zip(axes[0], delays, strict=False):
+        labels = list(dict.fromkeys(r.meta["scheme"] for r in runs if r.meta["delay"] == delay))
+        for label in labels:
+            d = np.sort([rec["end"] - rec["start"] for r in runs if r.meta["delay"] == delay
+                         and r.meta["scheme"] == label for rec in r.records])
+            ax.step(d, np.arange(1, len(d) + 1) / len(d), where="post", label=label, lw=1.2)
+        ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="iteration time", ylabel="CDF", xscale="log")
+    axes[0][-1].legend(fontsize=7)
+    _save(fig, path)
+
+
+def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
+    plt = _pyplot()
+    clusters = {r["cluster"] for r in rows}
+    rows = [r for r in rows if r["cluster"] == ("sim" if "sim" in clusters else sorted(clusters)[0])]
+    fig, axes = _panels(plt, 1, height=4.5)
+    ax = axes[0][0]
+    use_target = any(r["speedup_target"] is not None for r in rows)
+    key = "speedup_target" if use_target else "speedup_iteration"
+    for marker, delay in zip("osD^v<>", dict.fromkeys(r["delay"] for r in rows), strict=False):
+        for label in dict.fromkeys(r["scheme"] for r in rows):
+            sel = [r for r in rows if r["delay"] == delay and r["scheme"] == label]
+            xs = [r[key] for r in sel if r[key] is not None]
+            ys = [r["samples_computed"] for r in sel if r["samples_computed"] is not None]
+            if xs and ys:
+                ax.scatter(np.mean(xs), np.mean(ys), marker=marker, label=f"{delay}: {label}")
+                ax.annotate(label, (np.mean(xs), np.mean(ys)), fontsize=6, alpha=0.8)
+    ax.axvline(1.0, color="grey", ls=":", lw=1)
+    ax.set(xlabel="speedup over sync (" + ("time to target" if use_target else "mean iteration time") + ")",
+           ylabel="samples computed (incl. wasted)", title="computation vs speedup")
+    ax.legend(fontsize=6, ncol=2)
+    _save(fig, path)
+
+
+def adaptive(runs: list, path: Path) -> None:
+    plt = _pyplot()
+    runs = _first_seed(_shown(runs))
+    delays = _delays(runs)
+    fig, axes = _panels(plt, len(delays), rows=3, height=2.6)
+    for col, delay in enumerate(delays):
+        for run in (r for r in runs if r.meta["delay"] == delay):
+            it = [rec["iteration"] for rec in run.records]
+            name, label = run.meta["scheme_name"], run.meta["scheme"]
+            if name in ("adaptive_k", "adaptive_k_load"):
+                axes[0][col].step(it, [rec.get("k") for rec in run.records], where="post", label=label)
+                axes[1][col].step(it, [float(np.mean(rec["load"])) for rec in run.records], where="post",
+                                  label=label)
+            if name == "dropcompute":
+                tau = [rec.get("tau") for rec in run.records]
+                axes[2][col].step(it, [np.nan if t is None or not np.isfinite(t) else t for t in tau],
+                                  where="post", label=label)
+        axes[0][col].set(title=delay, ylabel="k")
+        axes[1][col].set(ylabel="mean load (units)")
+        axes[2][col].set(ylabel="tau (inf not drawn)", xlabel="iteration")
+        for row in axes:
+            if row[col].get_legend_handles_labels()[0]:
+                row[col].legend(fontsize=7)
+    _save(fig, path)
+
+
+ROLE_COLOURS = {"busy": "tab:green", "waited-for": "tab:red", "wasted": "tab:grey", "idle": "white"}
+
+
+def _roles(rec: dict) -> list[str]:
+    load = np.asarray(rec["load"], dtype=float)
+    roles = ["wasted" if x > 0 else "idle" for x in load]
+    responders = list(rec["responders"])
+    for i in responders:
+        roles[i] = "busy"
+    if responders and len(responders) < len(load):
+        roles[responders[-1]] = "waited-for"
+    return roles
+
+
+TIMELINE_ORDER = ("sync", "fastest_k", "coded", "adaptive_k_load", "backup", "adaptive_k", "dropcompute")
+
+
+def _timeline_runs(runs: list, panels: int) -> list:
+    """One run per scheme family, the most telling families first."""
+    first = {}
+    for run in runs:
+        first.setdefault(run.meta["scheme_name"], run)
+    order = [n for n in TIMELINE_ORDER if n in first] + [n for n in first if n not in TIMELINE_ORDER]
+    return [first[n] for n in order[:panels]]
+
+
+def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> None:
+    plt = _pyplot()
+    runs = _first_seed(_shown(runs))
+    runs = _timeline_runs([r for r in runs if r.meta["delay"] == _delays(runs)[0]], panels)
+    fig, axes = _panels(plt, len(runs), height=3.4)
+    for ax, run in zip(axes[0], runs, strict=False):
+        for rec in run.records[:iterations]:
+            for worker, role in enumerate(_roles(rec)):
+                ax.barh(worker, rec["end"] - rec["start"], left=rec["start"], color=ROLE_COLOURS[role],
+                        edgecolor="black", lw=0.3, height=0.8)
+        ax.set(title=run.meta["scheme"], xlabel="time", ylabel="worker")
+    from matplotlib.patches import Patch
+
+    axes[0][-1].legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
+                       fontsize=7, loc="upper right")
+    _save(fig, path)
+
+
+def make_all(folder: Path, runs: list, rows: list[dict[str, Any]]) -> list[str]:
+    """Draw every plot into ``folder``; the file names written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    loss_vs_time(runs, folder / PLOTS[0])
+    iteration_time_cdf(runs, folder / PLOTS[1])
+    tradeoff(rows, folder / PLOTS[2])
+    adaptive(runs, folder / PLOTS[3])
+    timeline(runs, folder / PLOTS[4])
+    return list(PLOTS)

@@ -1,0 +1,249 @@
+"""Decentralized schemes (DropCompute): no master in the data path, an All-Reduce per step.
+
+Every rank holds the model and the scheme. Worker ``i`` (rank ``i + 1``) runs its ``M`` micro-batches (micro-batch
+``m`` is partition ``i*M + m`` of ``n*M``), each a real gradient followed by sleeping out the rest of its emulated
+time, the simulator's ``sample_micro(seed, t, n, M)`` draw times ``time_scale`` (common random numbers). It
+checks its step timer exactly where the scheme says (``scheme.check``): ``official``, before each micro-batch and
+again between its forward (``forward_share`` of it) and backward pass, a micro-batch interrupted there being
+wasted; ``before_microbatch``; ``idealized``, stopping exactly at ``tau``. Then it waits out its emulated
+communication time and joins a non-blocking All-Reduce (``Iallreduce``, polled) of ``[gradient sum, micro-batches
+computed]``; every rank applies ``scheme.combine_sum`` and ``w -= lr * g``.
+
+The automatic ``tau``: each step every rank contributes a row ``[computed, compute time, overrun, non-finite,
+micro-batch times (M), communication]`` to an ``Iallgather``, so every rank calls ``scheme.observe(t, micro, comm)``
+with the same data and chooses the same ``tau``. Rank 0 takes part with zero contribution and writes the records
+(``end`` is when its All-Reduce and All-Gather completed; ``ideal_end`` = ``start + max_i(compute_i + comm_i)`` of
+the simulator's arithmetic on the same draws). A worker whose gradient sum is not finite contributes nothing that
+step (an erasure, logged by rank 0). Floating-point note: MPI does not promise bit-identical All-Reduce results on
+every rank, so the models of different ranks may drift apart by round-off; rank 0's is the one recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from gradcode.sim import _jsonable, summarize
+
+from . import protocol as P
+from .config import RunConfig
+from .faults import Faults
+from .protocol import RunFailure
+from .worker import _hang
+
+INFO = 4   # computed, compute time (model units), overrun, non-finite
+
+
+class Decentralized:
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, out: Path | None):
+        self.comm, self.cfg, self.scheme, self.delay, self.workload = comm, cfg, scheme, delay, workload
+        self.rank = comm.Get_rank()
+        self.i = self.rank - 1
+        self.n = cfg.workers
+        self.M = scheme.M
+        self.scale = cfg.time_scale
+        self.lr = workload.lr if cfg.lr is None else cfg.lr
+        self.w = np.array(workload.init_params(), dtype=float)
+        d = workload.dim
+        self.d = d
+        self.send = np.zeros(d + 1)
+        self.total = np.zeros(d + 1)
+        self.row = np.zeros(INFO + self.M + 1)
+        self.rows = np.zeros((comm.Get_size(), INFO + self.M + 1))
+        self.faults = Faults(self.rank)
+        self.out = out
+        self.records: list[dict] = []
+
+    def run(self) -> int:
+        fh = None
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            fh = open(self.out / "records.jsonl", "w")
+        P.wait(self.comm.Ibarrier())
+        self.t0 = time.perf_counter()
+        self.next_start = 0.0
+        error = None
+        try:
+            for t in range(self.cfg.iterations):
+                if self.step(t, fh):
+                    break
+        except RunFailure as err:
+            error = str(err)
+        finally:
+            if fh is not None:
+                fh.close()
+        if self.rank == 0:
+            np.save(self.out / "params.npy", self.w)
+            self.write_summary(error)
+        if error is not None:
+            raise RunFailure(error)
+        return 0
+
+    def now(self) -> float:
+        return (time.perf_counter() - self.t0) / self.scale
+
+    def step(self, t: int, fh) -> bool:
+        """One step; True if the run should stop (target loss / time budget, decided by rank 0)."""
+        plan = self.scheme.plan(t)
+        start = self.next_start
+        self.faults.maybe_crash(t)
+        micro, comm = _micro_times(self.scheme, self.delay, self.cfg.seed, t)
+        silent = np.flatnonzero(~np.isfinite(micro.sum(axis=1) + comm)).tolist()
+        if silent:
+            # the simulator's verdict, reached by every rank from the same draws: fail now rather than hang
+            raise RunFailure(f"step {t}: {self.scheme.name}: All-Reduce cannot finish; workers {silent} "
+                             f"(ranks {[i + 1 for i in silent]}) never answer (infinite delay)")
+        self.send[:] = 0.0
+        self.row[:] = 0.0
+        if self.rank > 0:
+            self._compute(t, plan, micro[self.i], float(comm[self.i]))
+        self._wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM), t)
+        combined = self.scheme.combine_sum(self.total[:self.d], int(round(self.total[self.d])), plan)
+        grad_error = self._grad_error(t, plan, combined.gradient) if self.rank == 0 else None
+        self.w -= self.lr * combined.gradient
+        self._wait(self.comm.Iallgather(self.row, self.rows), t)
+        end = self.next_start = self.now()
+        workers = self.rows[1:]
+        self.scheme.observe(t, workers[:, INFO:INFO + self.M], workers[:, INFO + self.M])
+        stop = False
+        if self.rank == 0:
+            rec = self._record(t, plan, start, end, micro, comm, combined, grad_error)
+            fh.write(json.dumps(rec, default=_jsonable) + "\n")
+            fh.flush()
+            stop = self._finished(rec)
+        if self.cfg.target_loss is not None or self.cfg.time_budget is not None:
+            flag = np.array([1.0 if stop else 0.0])
+            self._wait(self.comm.Ibcast(flag, root=0), t)
+            stop = bool(flag[0])
+        return stop
+
+    def _wait(self, request: MPI.Request, t: int) -> None:
+        try:
+            P.wait(request, timeout=self.cfg.grace)
+        except TimeoutError:
+            raise RunFailure(f"step {t}: a collective did not complete within [run] grace = {self.cfg.grace:g} s; "
+                             "some rank stopped answering") from None
+
+    # --- one worker's micro-batches -------------------------------------------------------------------------
+    def _compute(self, t: int, plan, micro: np.ndarray, comm: float) -> None:
+        if not (np.all(np.isfinite(micro)) and math.isfinite(comm)):
+            _hang()
+        begin = time.perf_counter()
+        tau = plan.tau * self.scale
+        count, overrun = 0, False
+        for m in range(self.M):
+            cursor = time.perf_counter()
+            if cursor - begin >= tau and self.scheme.check != "idealized":
+                break
+            part = self.i * self.M + m
+            g = self.workload.gradients(self.w, t, [part], self.n * self.M, plan.batch)[0]
+            length = micro[m] * self.scale
+            overrun |= time.perf_counter() - cursor > length
+            if not self._finish_micro(cursor, length, begin, tau):
+                break
+            self.send[:self.d] += g
+            count += 1
+        ctime = time.perf_counter() - begin
+        _sleep_until(time.perf_counter() + comm * self.scale)
+        self.faults.maybe_poison(t, self.send[:self.d])
+        bad = not np.all(np.isfinite(self.send[:self.d]))
+        if bad:
+            self.send[:] = 0.0    # an erasure: contribute nothing this step
+            count = 0
+        self.send[self.d] = count
+        self.row[:INFO] = (count, ctime / self.scale, float(overrun), float(bad))
+        self.row[INFO:INFO + self.M] = micro
+        self.row[INFO + self.M] = comm
+
+    def _finish_micro(self, cursor: float, length: float, begin: float, tau: float) -> bool:
+        """Sleep out the micro-batch, checking the timer where the scheme does; False if it was dropped."""
+        check = self.scheme.check
+        if check == "idealized":
+            if cursor + length - begin > tau:
+                _sleep_until(begin + tau)
+                return False
+        elif check == "official":
+            _sleep_until(cursor + self.scheme.forward_share * length)
+            if time.perf_counter() - begin >= tau:
+                return False   # interrupted between forward and backward: the forward is wasted
+        _sleep_until(cursor + length)
+        return True
+
+    # --- rank 0 ---------------------------------------------------------------------------------------------
+    def _grad_error(self, t: int, plan, g: np.ndarray) -> float | None:
+        if not (t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1):
+            return None
+        k = plan.k_parts
+        truth = self.workload.gradients(self.w, t, range(k), k, plan.batch).sum(axis=0)
+        norm = np.linalg.norm(truth)
+        return float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
+
+    def _record(self, t, plan, start, end, micro, comm, combined, grad_error) -> dict:
+        workers = self.rows[1:]
+        counts = workers[:, 0]
+        _, ctime = self.scheme.local_stop(micro, plan.tau)
+        erasures = [int(i) for i in np.flatnonzero(workers[:, 3])]
+        for i in erasures:
+            print(f"mpi_runtime: rank 0: step {t}: worker {i} (rank {i + 1}) computed non-finite values; "
+                  "treated as an erasure", file=sys.stderr, flush=True)
+        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
+        rec = {
+            "scheme": self.scheme.name, "iteration": t, "start": start, "end": end,
+            "ideal_end": start + float(np.max(ctime + comm)),
+            "responders": list(range(self.n)), "load": [float(c) * self.scheme.micro_load for c in counts],
+            "messages": self.n, "computed": float(counts.sum()) * self.scheme.micro_load, "wasted": 0.0,
+            "residual": float(combined.residual), "method": combined.method,
+            "drop_rate": 1.0 - float(counts.sum()) / (self.n * plan.micro_batches),
+            "grad_error": grad_error,
+        }
+        rec.update(self.scheme.record())
+        rec["loss"] = float(self.workload.loss(self.w)) if with_loss else None
+        rec.update(erasures=erasures, overruns=[int(i) for i in np.flatnonzero(workers[:, 2])],
+                   compute_times=[float(x) for x in workers[:, 1]])
+        self.records.append(rec)
+        return rec
+
+    def _finished(self, rec: dict) -> bool:
+        cfg = self.cfg
+        if cfg.time_budget is not None and rec["end"] >= cfg.time_budget:
+            return True
+        return cfg.target_loss is not None and rec["loss"] is not None and rec["loss"] <= cfg.target_loss
+
+    def write_summary(self, error: str | None = None) -> None:
+        summary = summarize(self.records)
+        if self.records:
+            ideal = summary["ideal_total_time"]
+            summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
+            summary["median_overhead_ratio"] = float(np.median(
+                [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in self.records]))
+            summary["erasures"] = int(sum(len(r["erasures"]) for r in self.records))
+            summary["overruns"] = int(sum(len(r["overruns"]) for r in self.records))
+        summary.update(cluster="mpi", time_scale=self.scale,
+                       time_unit="model time units (wall seconds / time_scale)",
+                       unresponsive_workers=[], unresponsive_ranks=[])
+        if error is not None:
+            summary["error"] = error
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+
+
+def _micro_times(scheme, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, M)`` micro-batch and ``(n,)`` communication times: the scheme's own method when it has one (the
+    simulator calls the same), else the delay model's draws."""
+    if hasattr(scheme, "micro_times"):
+        return scheme.micro_times(delay, seed, t)
+    micro, comm = delay.sample_micro(seed, t, scheme.n, scheme.M)
+    return micro[0], comm[0]
+
+
+def _sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return
+        time.sleep(min(left, 1e-3))

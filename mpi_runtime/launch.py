@@ -1,0 +1,118 @@
+"""Build and run the ``mpiexec`` command of an MPI run (``gradcode run``); never imports mpi4py.
+
+The job is ``mpiexec -n N+1 python -m mpi4py -m mpi_runtime SPEC --out DIR``. ``python -m mpi4py`` makes an
+uncaught exception on any rank abort the whole job instead of hanging it.
+
+Which MPI? ``mpiexec --version`` says: MPICH's Hydra prints ``HYDRA``, Open MPI prints ``Open MPI`` (or ``OpenRTE``
+/ ``PRRTE`` in recent versions). The launcher found first is the virtual environment's own (``pip install mpi4py
+mpich`` puts one next to ``python``), then ``$MPIEXEC``, then ``mpiexec`` on ``PATH``. mpi4py must be built against
+the same MPI as the launcher.
+
+Oversubscription (more ranks than cores, e.g. 9 ranks on a 2-core laptop):
+
+- **MPICH** needs no flag, but busy-polls: ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1`` and
+  ``MPIR_CVAR_POLLS_BEFORE_YIELD=1`` make waiting ranks yield the CPU. Never pass ``--oversubscribe`` to MPICH
+  (Hydra mis-parses it and the job hangs).
+- **Open MPI** refuses more ranks than slots unless given ``--oversubscribe``; ``OMPI_MCA_mpi_yield_when_idle=1``
+  makes idle ranks yield.
+
+Both get ``OPENBLAS_NUM_THREADS=1`` (and the OMP/MKL equivalents) so that ranks sharing cores do not also spawn a
+BLAS thread per core each.
+
+**Several hosts.** Give a hostfile: ``gradcode run SPEC --out DIR --hostfile hosts`` adds ``-f hosts`` (MPICH) or
+``--hostfile hosts`` (Open MPI). Every host needs the same Python environment at the same path (or a shared
+file system) and the spec file; only rank 0 writes ``DIR``. The command is printed before it runs, so it can be
+copied into a batch script; with a system MPI, build mpi4py against it (``pip install --no-binary mpi4py mpi4py``)
+and do not install the ``mpich`` wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gradcode.errors import ConfigError
+
+from .config import load_run
+
+ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
+
+
+def find_mpiexec(explicit: str | None = None) -> str:
+    """The launcher: ``explicit``, the virtual environment's, ``$MPIEXEC``, or ``mpiexec`` on PATH."""
+    candidates = [explicit, str(Path(sys.executable).parent / "mpiexec"), os.environ.get("MPIEXEC"),
+                  shutil.which("mpiexec"), shutil.which("mpirun")]
+    for c in candidates:
+        if c and (Path(c).is_file() or shutil.which(c)):
+            return c
+    raise ConfigError("no mpiexec found: install one with `pip install mpi4py mpich` (or a system MPI and set "
+                      "$MPIEXEC)")
+
+
+def mpi_flavor(mpiexec: str) -> str:
+    """``'mpich'``, ``'openmpi'`` or ``'unknown'``, from ``mpiexec --version``."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    text = (out.stdout + out.stderr).lower()
+    if "open mpi" in text or "openrte" in text or "prrte" in text:
+        return "openmpi"
+    if "hydra" in text or "mpich" in text or "intel(r) mpi" in text:
+        return "mpich"
+    return "unknown"
+
+
+def environment(flavor: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the job: oversubscription-friendly MPI settings, one BLAS thread per rank, and the
+    project on ``PYTHONPATH`` so every rank imports the same ``mpi_runtime`` and ``gradcode``."""
+    env = dict(os.environ if base is None else base)
+    for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(key, "1")
+    if flavor == "mpich":
+        env.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")
+        env.setdefault("MPIR_CVAR_POLLS_BEFORE_YIELD", "1")
+    elif flavor == "openmpi":
+        env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    paths = [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return env
+
+
+def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flavor: str,
+            hostfile: str | None = None, python: str | None = None, extra: list[str] | None = None) -> list[str]:
+    """The full ``mpiexec ... python -m mpi4py -m mpi_runtime SPEC --out DIR`` command line."""
+    cmd = [mpiexec, "-n", str(ranks)]
+    if flavor == "openmpi":
+        cmd.append("--oversubscribe")
+    if hostfile is not None:
+        cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
+    cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
+    return cmd + list(extra or [])
+
+
+def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: int | None = None,
+           seed: int | None = None, hostfile: str | None = None, mpiexec: str | None = None,
+           timeout: float | None = None, echo=print) -> int:
+    """Validate the spec (a :class:`ConfigError` before anything starts), then run the job; its exit code."""
+    overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
+    cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
+    exe = find_mpiexec(mpiexec)
+    flavor = mpi_flavor(exe)
+    extra = ["--scheme", str(scheme)]
+    for key, value in overrides.items():
+        extra += [f"--{key}", str(value)]
+    cmd = command(spec, out, cfg.workers + 1, mpiexec=exe, flavor=flavor, hostfile=hostfile, extra=extra)
+    env = environment(flavor)
+    shown = {k: env[k] for k in sorted(env) if k.startswith(("MPIR_", "OMPI_", "OPENBLAS", "PYTHONPATH"))}
+    echo(f"# {flavor} launcher; to rerun by hand:")
+    echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
+    try:
+        return subprocess.run(cmd, env=env, timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        echo(f"# the job did not finish within {timeout:g} s and was killed")
+        return 124

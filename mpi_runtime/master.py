@@ -1,0 +1,303 @@
+"""The master rank of a master/worker scheme (sync, fastest_k, backup, adaptive_k, adaptive_k_load, coded).
+
+Iteration ``t``:
+
+1. ``plan = scheme.plan(t)``; the master hands it, with the model, to every **idle** worker (one that has answered
+   its last plan) by a non-blocking buffer send (``Isend``) from that worker's own send buffer, and posts a receive
+   for its answer into that worker's pre-allocated receive buffer. A worker still busy with an older plan is not
+   sent anything now: when its late message arrives (recognised by the iteration in its header, and discarded,
+   never mixed into this iteration) it becomes idle and gets the current plan at once. This is the simulator's
+   ``late_workers = "finish"``: a late worker starts the newest plan when it is free, ``begin = max(start,
+   free)``. Every worker has at most one plan and one receive outstanding, so no buffer is ever written while a
+   request points at it.
+2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until
+   ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
+   non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
+3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (flushed).
+
+**Times.** ``start``/``end`` in the records are wall-clock seconds since the run start (after a barrier of all
+ranks) divided by ``time_scale``, i.e. in model time units, comparable with the simulator. ``start`` is when the
+master begins handing out plan ``t``, ``end`` when the stop rule held; the master's own work (decode, update,
+sends) lies between one ``end`` and the next ``start``. ``ideal_end = start + D_t`` with ``D_t`` the duration the
+simulator's arithmetic gives iteration ``t`` on a shadow virtual clock with the same draws (zero overhead), so
+``sum(ideal_end - start)`` is the ideal total time and the summary's ``overhead_ratio`` is measured over ideal.
+
+**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Receives still
+pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
+Workers that never acknowledged are reported on stderr and in the summary, and the job is aborted (``MPI_Abort``
+with code 0: the run itself completed; its records and summary are on disk before the abort).
+
+**Failures.** If the stop rule can never hold because a worker's model delay is infinite (e.g. ``sync`` with an
+unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason. If no
+message arrives for ``grace`` seconds while the stop rule is unmet (a hung process the model knows nothing of), it
+fails naming the workers it waits for. Either way the records so far are on disk and the job exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from gradcode.sim import _jsonable, _Run, summarize
+
+from . import protocol as P
+from .config import RunConfig
+from .protocol import RunFailure
+
+
+class Master:
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, out: Path):
+        self.comm, self.cfg, self.scheme, self.delay, self.workload = comm, cfg, scheme, delay, workload
+        self.n = cfg.workers
+        self.capacity = capacity
+        self.scale = cfg.time_scale
+        self.lr = workload.lr if cfg.lr is None else cfg.lr
+        self.w = np.array(workload.init_params(), dtype=float)
+        d = workload.dim
+        self.length, self.is_complex = P.message_layout(scheme, d)
+        self.send_bufs = [np.empty(P.plan_size(capacity, d)) for _ in range(self.n)]
+        self.recv_bufs = [np.empty(P.RESULT_HEADER + self.length) for _ in range(self.n)]
+        self.send_reqs = [MPI.REQUEST_NULL] * self.n
+        self.recv_reqs = [MPI.REQUEST_NULL] * self.n
+        self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
+        self.shadow = _Run(scheme, delay, None, cfg.seed, 0.0, "finish")   # the simulator's own clock arithmetic
+        self.out = out
+        self.records: list[dict[str, Any]] = []
+        self.t0 = 0.0
+        self.log = _Log()
+
+    def now(self) -> float:
+        """Model time units since the run start."""
+        return (time.perf_counter() - self.t0) / self.scale
+
+    # --- the run --------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        P.wait(self.comm.Ibarrier())
+        self.t0 = time.perf_counter()
+        error = None
+        with open(self.out / "records.jsonl", "w") as fh:
+            try:
+                for t in range(self.cfg.iterations):
+                    rec = self.step(t)
+                    fh.write(json.dumps(rec, default=_jsonable) + "\n")
+                    fh.flush()
+                    if self._finished(rec):
+                        break
+            except RunFailure as err:
+                error = str(err)
+        unresponsive = self.shutdown() if error is None else sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
+        np.save(self.out / "params.npy", self.w)
+        self.write_summary(error, unresponsive)
+        if error is not None:
+            raise RunFailure(error)
+        if unresponsive:
+            ranks = [i + 1 for i in unresponsive]
+            self.log(f"workers {unresponsive} (ranks {ranks}) did not answer within the grace period of "
+                     f"{self.cfg.grace:g} s: aborting them (records and summary are written)")
+            time.sleep(0.3)    # let the launcher forward the message before MPI_Abort
+            return 3
+        return 0
+
+    def _finished(self, rec: dict) -> bool:
+        cfg = self.cfg
+        if cfg.time_budget is not None and rec["end"] >= cfg.time_budget:
+            return True
+        return cfg.target_loss is not None and rec["loss"] is not None and rec["loss"] <= cfg.target_loss
+
+    def step(self, t: int) -> dict[str, Any]:
+        plan = self.scheme.plan(t)
+        ideal = self._ideal(t, plan)
+        start = self.now()
+        tick = time.perf_counter()
+        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "late_sent": 0, "computed": 0.0}
+        for i in np.flatnonzero(self.busy < 0):
+            self._send_plan(int(i), t, plan)
+        send_s = time.perf_counter() - tick
+        responders = self._collect(t, plan, start, ideal["fallback"])
+        end = self.now()
+        tick = time.perf_counter()
+        combined = self._combine(t, plan, responders)
+        used = float(plan.load[responders].sum())
+        self.scheme.adapt(t, combined, elapsed=end - start)
+        master_s = send_s + time.perf_counter() - tick
+        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
+        rec = {
+            "scheme": self.scheme.name, "iteration": t, "start": start, "end": end,
+            "ideal_end": start + ideal["duration"],
+            "responders": [int(i) for i in responders], "load": [float(x) for x in plan.load],
+            "messages": self.stats["sent"], "computed": self.stats["computed"],
+            "wasted": self.stats["computed"] - used,
+            "residual": float(combined.residual), "method": combined.method,
+        }
+        rec.update(self.scheme.record())
+        rec["loss"] = float(self.workload.loss(self.w)) if with_loss else None
+        rec["grad_error"] = self._grad_error if with_loss else None
+        rec.update(stale=self.stats["stale"], erasures=self.stats["erasures"], overruns=self.stats["overruns"],
+                   master_us=master_s * 1e6, ideal_responders=ideal["responders"])
+        self.records.append(rec)
+        return rec
+
+    # --- the shadow clock -----------------------------------------------------------------------------------
+    def _ideal(self, t: int, plan) -> dict[str, Any]:
+        """The simulator's arithmetic for iteration ``t`` on a virtual clock (same draws, zero overhead)."""
+        from gradcode.sim import SimulationError
+
+        try:
+            rec = self.shadow._master_step(t, plan)
+        except SimulationError as err:
+            raise RunFailure(f"iteration {t}: {err}") from None
+        responders = [int(i) for i in rec["responders"]]
+        fallback = bool(getattr(self.scheme, "exact", False)) and not self.scheme.done(responders)
+        return {"duration": rec["end"] - rec["start"], "responders": responders,
+                "fallback": set(responders) if fallback else None}
+
+    # --- sending and receiving ------------------------------------------------------------------------------
+    def _send_plan(self, i: int, t: int, plan) -> None:
+        P.wait(self.send_reqs[i])      # the worker took its previous plan; its buffer is free again
+        buf = self.send_bufs[i]
+        P.pack_plan(buf, t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i], self.w, self.capacity)
+        tag = P.data_tag(t)
+        self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
+        self.send_reqs[i] = self.comm.Isend(buf, dest=i + 1, tag=tag)
+        self.busy[i] = t
+        self.stats["sent"] += 1
+        self.stats["computed"] += float(plan.load[i])
+
+    def _collect(self, t: int, plan, start: float, fallback: set[int] | None) -> list[int]:
+        """Responders of iteration ``t`` in arrival order, until the stop rule holds."""
+        responders: list[int] = []
+        deadline = start + plan.deadline if math.isfinite(plan.deadline) else math.inf
+        last = time.perf_counter()
+        while True:
+            arrived = self._arrivals()
+            if arrived:
+                last = time.perf_counter()
+            for i in arrived:
+                if self._accept(i, t, plan):
+                    responders.append(i)
+                    if self._stop(responders, fallback):
+                        self._late_ones(arrived[arrived.index(i) + 1:], t)
+                        return responders
+            if responders and self.now() >= deadline:
+                return responders
+            if time.perf_counter() - last > self.cfg.grace:
+                waiting = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
+                raise RunFailure(
+                    f"iteration {t}: the stop rule of {self.scheme.name} does not hold after {self.cfg.grace:g} s "
+                    f"without any message ([run] grace); waiting for workers {waiting} "
+                    f"(ranks {[i + 1 for i in waiting]}); responders so far {responders}")
+            time.sleep(P.POLL)
+
+    def _stop(self, responders: list[int], fallback: set[int] | None) -> bool:
+        if self.scheme.done(responders):
+            return True
+        # an exact code that cannot decode what ever arrives: like the simulator, take all that answer
+        return fallback is not None and fallback <= set(responders)
+
+    def _arrivals(self) -> list[int]:
+        """Workers whose message completed since the last call, in the order they were sent."""
+        done = MPI.Request.Testsome(self.recv_reqs)
+        if not done:
+            return []
+        for i in done:
+            self.busy[i] = -1
+            self.recv_reqs[i] = MPI.REQUEST_NULL
+        return sorted(done, key=lambda i: self.recv_bufs[i][5])
+
+    def _accept(self, i: int, t: int, plan) -> bool:
+        """True if worker ``i``'s message is a valid answer to iteration ``t``."""
+        hdr = self.recv_bufs[i]
+        if int(hdr[0]) != t:
+            # a late answer to an older plan: drop it; the worker is free, so it takes the current plan now
+            self.stats["stale"] += 1
+            self._send_plan(i, t, plan)
+            return False
+        if hdr[4]:
+            self.stats["overruns"].append(i)
+        payload = hdr[P.RESULT_HEADER:]
+        if not _finite(payload):
+            self.stats["erasures"].append(i)
+            self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
+            return False
+        return True
+
+    def _late_ones(self, arrived: list[int], t: int) -> None:
+        """Messages that completed in the same poll as the deciding one but after it: not used."""
+        for i in arrived:
+            hdr = self.recv_bufs[i]
+            if int(hdr[0]) != t:
+                self.stats["stale"] += 1
+
+    # --- combine and update ---------------------------------------------------------------------------------
+    def _combine(self, t: int, plan, responders: list[int]):
+        messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
+                             for i in responders])
+        combined = self.scheme.combine(messages, responders, plan)
+        g = np.real_if_close(np.asarray(combined.gradient))
+        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
+        self._grad_error = None
+        if with_loss:
+            truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
+            norm = np.linalg.norm(truth)
+            self._grad_error = float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
+        self.w -= self.lr * g
+        return combined
+
+    # --- shutdown -------------------------------------------------------------------------------------------
+    def shutdown(self) -> list[int]:
+        """STOP every worker; wait up to ``grace`` s for ACKs; return the workers that never answered."""
+        stop = np.zeros(1)
+        acks = [np.zeros(1) for _ in range(self.n)]
+        stops = [self.comm.Isend(stop, dest=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
+        ack_reqs = [self.comm.Irecv(acks[i], source=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
+        limit = time.perf_counter() + self.cfg.grace
+        acked = np.zeros(self.n, dtype=bool)
+        while not acked.all() and time.perf_counter() < limit:
+            for i in MPI.Request.Testsome(ack_reqs) or []:
+                acked[i] = True
+            MPI.Request.Testsome(self.recv_reqs)    # late results: received and dropped
+            time.sleep(P.POLL)
+        for i in np.flatnonzero(acked):
+            # every result sent before the ACK has been matched: a pending receive can only be cancelled
+            P.cancel_receive(self.recv_reqs[i])
+            P.wait(self.send_reqs[i])
+            P.wait(stops[i])
+        return [int(i) for i in np.flatnonzero(~acked)]
+
+    def write_summary(self, error: str | None, unresponsive: list[int]) -> None:
+        summary = summarize(self.records)
+        if self.records:
+            ideal = summary["ideal_total_time"]
+            summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
+            summary["median_overhead_ratio"] = float(np.median(
+                [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in self.records]))
+            summary["master_us_median"] = float(np.median([r["master_us"] for r in self.records]))
+            summary["stale_messages"] = int(sum(r["stale"] for r in self.records))
+            summary["erasures"] = int(sum(len(r["erasures"]) for r in self.records))
+            summary["overruns"] = int(sum(len(r["overruns"]) for r in self.records))
+        summary.update(cluster="mpi", time_scale=self.scale, time_unit="model time units (wall seconds / time_scale)",
+                       unresponsive_workers=unresponsive, unresponsive_ranks=[i + 1 for i in unresponsive])
+        if error is not None:
+            summary["error"] = error
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+
+
+def _finite(x: np.ndarray) -> bool:
+    """All finite? A sum is finite unless some entry is NaN or infinite (or it overflows: then check properly)."""
+    with np.errstate(all="ignore"):
+        if math.isfinite(float(np.add.reduce(x))):
+            return True
+    return bool(np.isfinite(x).all())
+
+
+class _Log:
+    def __call__(self, text: str) -> None:
+        print(f"mpi_runtime: master (rank 0): {text}", file=sys.stderr, flush=True)

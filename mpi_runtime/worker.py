@@ -1,0 +1,134 @@
+"""A worker rank of a master/worker scheme: receive a plan, compute, wait out the emulated response time, send.
+
+Worker ``i`` (rank ``i + 1``) loops:
+
+1. **Wait for a plan** by polling (``Iprobe`` + short sleep). If several plans are queued (it was busy), it drains
+   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``).
+2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
+   ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
+3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds
+   from the moment it took up the plan: the same ``delay.sample(seed, t, n, load)`` draw the simulator uses
+   (common random numbers). Real compute time counts toward it (only the remainder is slept); if the real compute
+   was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
+   (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
+4. **Send** the result (header + message) with a non-blocking buffer send, tag ``t mod 32767``, and complete it
+   by polling before the buffer is written again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from gradcode.schemes._base import Plan
+
+from . import protocol as P
+from .config import RunConfig
+from .faults import Faults
+
+STOP_PROBE = 0.005   # seconds between checks for STOP while waiting out an emulated delay
+
+
+class Worker:
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int):
+        self.comm, self.cfg, self.scheme, self.delay, self.workload = comm, cfg, scheme, delay, workload
+        self.i = comm.Get_rank() - 1
+        self.n = cfg.workers
+        self.capacity = capacity
+        d = workload.dim
+        self.length, self.is_complex = P.message_layout(scheme, d)
+        # two plan buffers: drain into the spare one, keep whichever holds the newest plan
+        self.plans = [np.empty(P.plan_size(capacity, d)), np.empty(P.plan_size(capacity, d))]
+        self.result = np.empty(P.RESULT_HEADER + self.length)
+        self.ctrl = np.zeros(1)
+        self.faults = Faults(comm.Get_rank())
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        P.wait(self.comm.Ibarrier())     # the master starts its clock after this
+        while True:
+            current = self._next_plan()
+            if current is None:
+                return
+            if not self._work(self.plans[current]):
+                return
+
+    def _next_plan(self) -> int | None:
+        """Index of the buffer holding the newest queued plan; None on STOP."""
+        current: int | None = None
+        status = MPI.Status()
+        while True:
+            if self.comm.Iprobe(source=0, tag=MPI.ANY_TAG, status=status):
+                if status.Get_tag() == P.CTRL_TAG:
+                    self._stop()
+                    return None
+                slot = 0 if current is None else 1 - current
+                P.wait(self.comm.Irecv(self.plans[slot], source=0, tag=status.Get_tag()))
+                if current is None or self.plans[slot][0] > self.plans[current][0]:
+                    current = slot
+                continue          # drain: more plans may be queued behind this one
+            if current is not None:
+                return current
+            time.sleep(P.POLL)
+
+    def _stop(self) -> None:
+        """Receive the STOP and answer ACK (on the data communicator, so it follows every result sent before)."""
+        P.wait(self.comm.Irecv(self.ctrl, source=0, tag=P.CTRL_TAG))
+        P.wait(self.comm.Isend(self.ctrl, dest=0, tag=P.CTRL_TAG))
+
+    # --- one plan -------------------------------------------------------------------------------------------
+    def _work(self, buf: np.ndarray) -> bool:
+        """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
+        begin = time.perf_counter()
+        t, load, batch, k_parts, parts, w = P.unpack_plan(buf, self.capacity)
+        self.faults.maybe_crash(t)
+        payload = self._message(t, load, batch, k_parts, parts, w)
+        real = time.perf_counter() - begin
+        target = self._emulated(t, load)
+        if not math.isfinite(target):
+            _hang()
+        if not self._sleep_until(begin + target):
+            return False
+        hdr = self.result
+        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(real > target), time.time())
+        hdr[P.RESULT_HEADER:] = payload
+        self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
+        P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))
+        return True
+
+    def _message(self, t: int, load: float, batch: int | None, k_parts: int, parts, w) -> np.ndarray:
+        partials = self.workload.gradients(w, t, parts, k_parts, batch)
+        # the scheme only reads its own worker's entry of the plan
+        own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
+        plan = Plan(t=t, parts=own, k_parts=k_parts, load=np.full(self.n, load), batch=batch)
+        return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
+
+    def _emulated(self, t: int, load: float) -> float:
+        """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
+        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
+        return float(compute[0, self.i] + comm[0, self.i]) * self.cfg.time_scale
+
+    def _sleep_until(self, deadline: float) -> bool:
+        """Sleep until ``deadline`` (perf_counter), checking for STOP now and then. False if STOP came."""
+        status = MPI.Status()
+        last_probe = 0.0
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                return True
+            if now - last_probe >= STOP_PROBE:
+                last_probe = now
+                if self.comm.Iprobe(source=0, tag=P.CTRL_TAG, status=status):
+                    self._stop()
+                    return False
+            time.sleep(min(deadline - now, STOP_PROBE, 1e-3))
+
+
+def _hang() -> None:
+    """An infinite emulated delay: behave as a hung process (no MPI call, no answer, ever). The master reports
+    this rank after its grace period and aborts it."""
+    while True:
+        time.sleep(1.0)

@@ -1,0 +1,268 @@
+"""The MPI cluster (mpi_runtime) against the simulator, and its fault handling.
+
+Every test launches a real job (``mpiexec`` from the virtual environment, mpi4py + mpich are installed by the
+Makefile) in a subprocess with a timeout; none is skipped when MPI is missing - a missing MPI is a failure.
+Specs are chosen so that emulated arrivals are well separated: the seed is the first one for which the
+simulator's own arithmetic (same draws) puts at least ``GAP`` model units (30 ms at the chosen time scale)
+between the arrival that ends each iteration and the next one, so wall-clock noise cannot change who responds
+(responders are compared as sets: the order among them may differ by noise without any effect).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gradcode.sim import simulate
+from gradcode.spec import build, load_spec, run_kwargs
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))   # mpi_runtime from the source tree, even if the install predates it
+
+from mpi_runtime.launch import command, environment, find_mpiexec, mpi_flavor  # noqa: E402
+
+SCALE = 0.02            # seconds per model time unit
+GAP = 1.5               # model units = 30 ms
+TIMEOUT = 120
+
+WORKLOAD = {"name": "least_squares", "n_samples": 240, "dim": 8, "seed": 1}
+DELAY = {"name": "shifted_exponential", "a": 1.0, "mu": 0.1}
+
+
+def _toml(spec: dict) -> str:
+    """A tiny TOML writer for the nested dicts of scalars and lists used here."""
+    lines: list[str] = []
+
+    def table(prefix: str, body: dict) -> None:
+        lines.append(f"[{prefix}]")
+        subs = []
+        for key, value in body.items():
+            if isinstance(value, dict):
+                subs.append((key, value))
+            else:
+                lines.append(f"{key} = {json.dumps(value)}")
+        for key, value in subs:
+            table(f"{prefix}.{key}", value)
+
+    for name, body in spec.items():
+        table(name, body)
+    return "\n".join(lines) + "\n"
+
+
+def _spec(scheme: dict, *, n: int = 4, iterations: int = 10, seed: int = 0, delay: dict | None = None,
+          grace: float = 2.0) -> dict:
+    return {"cluster": {"workers": n}, "workload": dict(WORKLOAD), "delay": delay or dict(DELAY),
+            "scheme": scheme, "run": {"iterations": iterations, "seed": seed, "time_scale": SCALE, "grace": grace}}
+
+
+def _run_mpi(spec: dict, tmp_path: Path, *, env_extra: dict | None = None, timeout: float = TIMEOUT):
+    path = tmp_path / "spec.toml"
+    path.write_text(_toml(spec))
+    out = tmp_path / "out"
+    exe = find_mpiexec()
+    flavor = mpi_flavor(exe)
+    env = environment(flavor)
+    env.update(env_extra or {})
+    cmd = command(path, out, spec["cluster"]["workers"] + 1, mpiexec=exe, flavor=flavor)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, out
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+
+
+def _simulated(spec: dict):
+    s = load_spec(spec)
+    schemes, delay, workload = build(s)
+    return simulate(schemes[0], delay, workload, **run_kwargs(s))
+
+
+# --- choosing well-separated seeds with the simulator's own arithmetic --------------------------------------
+def _master_gaps(spec: dict) -> float:
+    """Smallest gap between the stopping arrival and the next one, over the iterations (finish mode)."""
+    s = load_spec(spec)
+    schemes, delay, _ = build(s)
+    scheme, n = schemes[0], s.workers
+    clock, free, smallest = 0.0, np.zeros(n), math.inf
+    for t in range(s.run["iterations"]):
+        plan = scheme.plan(t)
+        compute, comm = delay.sample(s.run["seed"], t, n, plan.load)
+        begin = np.maximum(clock, free)
+        arrive = begin + compute[0] + comm[0]
+        times = np.sort(arrive[np.isfinite(arrive)])
+        m = scheme.stop_count()
+        end = times[m - 1]
+        if m < len(times):     # who is in and who is out must not depend on timing noise
+            smallest = min(smallest, float(times[m] - times[m - 1]))
+        # late workers free up during the next iteration: their arrivals must not sit at its stop either
+        started = begin < end
+        free = np.where(started, arrive, free)
+        clock = end
+    return smallest
+
+
+def _dropcompute_gaps(spec: dict) -> float:
+    """Smallest distance between ``tau`` and a timer check of any worker (official checks), in model units."""
+    s = load_spec(spec)
+    schemes, delay, _ = build(s)
+    scheme, n = schemes[0], s.workers
+    smallest = math.inf
+    for t in range(s.run["iterations"]):
+        plan = scheme.plan(t)
+        if not math.isfinite(plan.tau):
+            continue
+        micro, _ = delay.sample_micro(s.run["seed"], t, n, plan.micro_batches)
+        end = np.cumsum(micro[0], axis=-1)
+        begin = end - micro[0]
+        checks = np.concatenate([begin, begin + scheme.forward_share * micro[0]], axis=-1)
+        smallest = min(smallest, float(np.abs(checks - plan.tau).min()))
+    return smallest
+
+
+def _separated(make, gaps) -> dict:
+    for seed in range(300):
+        spec = make(seed)
+        if gaps(spec) >= GAP:
+            return spec
+    raise AssertionError("no seed below 300 gives well-separated arrivals; change the spec")
+
+
+MASTER_SCHEMES = {
+    "fastest_k": {"name": "fastest_k", "k": 2},
+    "backup": {"name": "backup", "b": 1},
+    "coded_exact": {"name": "coded", "code": "cyclic_repetition", "s": 1},
+    "coded_approx": {"name": "coded", "code": "expander", "s": 1, "wait": 2, "method": "optimal"},
+}
+
+
+@pytest.mark.parametrize("name", list(MASTER_SCHEMES))
+def test_master_schemes_agree_with_simulator(name, tmp_path):
+    spec = _separated(lambda seed: _spec(dict(MASTER_SCHEMES[name]), seed=seed), _master_gaps)
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    sim = _simulated(spec)
+    assert len(mpi) == len(sim.records) == spec["run"]["iterations"]
+    for a, b in zip(sim.records, mpi, strict=True):
+        assert sorted(a["responders"]) == sorted(b["responders"]), (a["iteration"], a["responders"], b)
+        assert b["ideal_end"] >= b["start"]
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overhead_ratio"] > 0.9 and "ideal_total_time" in summary
+
+
+def test_stale_messages_never_mixed_in(tmp_path):
+    """fastest_k with k = 1 of 4: the three late workers finish during the next iteration(s); their messages
+    arrive there, are dropped by the iteration in their header, and the run still equals the simulation."""
+    spec = _separated(lambda seed: _spec({"name": "fastest_k", "k": 1}, seed=seed), _master_gaps)
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    sim = _simulated(spec)
+    assert sum(r["stale"] for r in mpi) > 0
+    assert [sorted(r["responders"]) for r in mpi] == [sorted(int(i) for i in r["responders"]) for r in sim.records]
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+
+
+def test_dropcompute_agrees_with_simulator(tmp_path):
+    """Deterministic micro-batch times (persistent slowdowns over a constant): workers 0, 1 take 10 units per
+    micro-batch, workers 2, 3 take 5, so with tau = 8.3 the fast ones stop before their third micro-batch and the
+    slow ones before their second; every timer check is >= GAP away from tau."""
+    delay = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
+    spec = _spec({"name": "dropcompute", "M": 3, "tau": 8.3, "warmup": 2}, iterations=6, delay=delay)
+    assert _dropcompute_gaps(spec) >= GAP
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    sim = _simulated(spec)
+    assert [r["load"] for r in mpi] == [list(r["load"]) for r in sim.records]   # micro-batches per worker
+    assert mpi[-1]["load"] == [1.0, 1.0, 2.0, 2.0] and mpi[0]["load"] == [3.0] * 4
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+
+
+def test_dropcompute_auto_tau_same_on_every_rank(tmp_path):
+    spec = _spec({"name": "dropcompute", "M": 3, "warmup": 1, "record_steps": 3}, iterations=6)
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    assert math.isfinite(mpi[-1]["tau"])    # chosen from the All-Gathered times after the recording window
+
+
+# --- faults -------------------------------------------------------------------------------------------------
+UNRESPONSIVE = {"name": "unresponsive", "workers": [2], "base": dict(DELAY)}
+
+
+def test_unresponsive_worker_fastest_k_completes(tmp_path):
+    spec = _spec({"name": "fastest_k", "k": 2}, delay=UNRESPONSIVE, iterations=6, grace=1.0)
+    proc, out = _run_mpi(spec, tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "ranks [3]" in proc.stderr and "grace" in proc.stderr
+    assert len(_records(out)) == 6
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["unresponsive_ranks"] == [3] and summary["iterations"] == 6
+
+
+def test_unresponsive_worker_sync_fails_with_reason(tmp_path):
+    spec = _spec({"name": "sync"}, delay=UNRESPONSIVE, iterations=4, grace=1.0)
+    proc, out = _run_mpi(spec, tmp_path, timeout=60)
+    assert proc.returncode != 0
+    assert "never answer" in proc.stderr and "[2]" in proc.stderr
+    assert "error" in json.loads((out / "summary.json").read_text())
+
+
+def test_crashed_worker_ends_job_with_records(tmp_path):
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
+    proc, out = _run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "2:3"}, timeout=60)
+    assert proc.returncode != 0
+    assert "rank 2 (worker 1) crashed" in proc.stderr
+    assert 1 <= len(_records(out)) <= 4     # iterations before the crash, flushed as they ended
+
+
+def test_nan_message_is_an_erasure(tmp_path):
+    spec = _separated(lambda seed: _spec({"name": "fastest_k", "k": 2}, seed=seed, iterations=6), _master_gaps)
+    sim = _simulated(spec)
+    worker = int(sim.records[3]["responders"][0])       # a worker that answers in time at iteration 3
+    proc, out = _run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_NAN": f"{worker + 1}:3"}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rec = _records(out)[3]
+    assert rec["erasures"] == [worker] and worker not in rec["responders"] and len(rec["responders"]) == 2
+    assert "non-finite" in proc.stderr and f"rank {worker + 1}" in proc.stderr
+    assert np.all(np.isfinite(np.load(out / "params.npy")))
+
+
+# --- the command line ---------------------------------------------------------------------------------------
+def _cli(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "gradcode", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_gradcode_run_prints_command_and_writes_results(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(_toml(_spec({"name": "sync"}, iterations=3)))
+    proc = _cli("run", str(path), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert "-m mpi4py -m mpi_runtime" in proc.stdout and "mpiexec" in proc.stdout
+    assert len(_records(tmp_path / "o")) == 3
+
+
+def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
+    path = tmp_path / "bad.toml"
+    spec = _spec({"name": "fastest_k", "k": 9})
+    path.write_text(_toml(spec))
+    proc = _cli("run", str(path), "--out", str(tmp_path / "o"), timeout=60)
+    assert proc.returncode == 2
+    assert "k" in proc.stderr and "mpiexec" not in proc.stdout
+    spec = _spec({"name": "sync"})
+    spec["run"]["time_scale"] = -1
+    path.write_text(_toml(spec))
+    proc = _cli("run", str(path), "--out", str(tmp_path / "o"), timeout=60)
+    assert proc.returncode == 2 and "time_scale" in proc.stderr
