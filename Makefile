@@ -15,15 +15,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[mpi,plots,data,dev]"
 	touch $(STAMP)
 
+# The main job: the default experiment (every scheme, heavy-tailed delays and the ByteDance trace, MPI + simulator),
+# its results, report.md and plots in results/default.
 demo: $(STAMP)
-	$(BIN)/python -m gradcode demo
+	$(BIN)/gradcode compare --out results/default
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_codes.py
+	$(BIN)/python benchmarks/bench_codes.py --blas-threads 1
+	$(BIN)/python benchmarks/bench_sim.py
+	$(BIN)/python benchmarks/bench_mpi.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

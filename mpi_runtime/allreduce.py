@@ -2,7 +2,11 @@
 
 Every rank holds the model and the scheme. Worker ``i`` (rank ``i + 1``) runs its ``M`` micro-batches (micro-batch
 ``m`` is partition ``i*M + m`` of ``n*M``), each a real gradient followed by sleeping out the rest of its emulated
-time, the simulator's ``sample_micro(seed, t, n, M)`` draw times ``time_scale`` (common random numbers). It
+time, the draws of ``scheme.micro_times`` (the simulator's, common random numbers) times ``time_scale``. The
+schedule is absolute: every rank starts step ``t + 1`` at the same wall-clock instant, the moment the last worker
+finished step ``t`` (exchanged in the All-Gather), and micro-batch ``m`` ends at ``begin + sum of the emulated
+times before it``, so real compute and the collectives' latency count toward the emulated times instead of
+piling up (an overrun is flagged when the real work alone is longer). It
 checks its step timer exactly where the scheme says (``scheme.check``): ``official``, before each micro-batch and
 again between its forward (``forward_share`` of it) and backward pass, a micro-batch interrupted there being
 wasted; ``before_microbatch``; ``idealized``, stopping exactly at ``tau``. Then it waits out its emulated
@@ -37,7 +41,7 @@ from .faults import Faults
 from .protocol import RunFailure
 from .worker import _hang
 
-INFO = 4   # computed, compute time (model units), overrun, non-finite
+INFO = 5   # computed, compute time (model units), overrun, non-finite, wall time when done (time.time)
 
 
 class Decentralized:
@@ -67,6 +71,7 @@ class Decentralized:
             fh = open(self.out / "records.jsonl", "w")
         P.wait(self.comm.Ibarrier())
         self.t0 = time.perf_counter()
+        self.step_begin = time.time()
         self.next_start = 0.0
         error = None
         try:
@@ -110,6 +115,8 @@ class Decentralized:
         self._wait(self.comm.Iallgather(self.row, self.rows), t)
         end = self.next_start = self.now()
         workers = self.rows[1:]
+        # every rank starts the next step's emulated schedule at the same instant: when the last worker was done
+        self.step_begin = max(float(workers[:, 4].max()), self.step_begin)
         self.scheme.observe(t, workers[:, INFO:INFO + self.M], workers[:, INFO + self.M])
         stop = False
         if self.rank == 0:
@@ -132,48 +139,50 @@ class Decentralized:
 
     # --- one worker's micro-batches -------------------------------------------------------------------------
     def _compute(self, t: int, plan, micro: np.ndarray, comm: float) -> None:
+        """Run the micro-batches on the emulated schedule: micro-batch ``m`` spans ``[begin + e_m, begin + e_m +
+        micro[m]]`` (``e_m`` the emulated time of those before it), from the step's common start ``begin``; real
+        compute and the collectives' own time count toward it instead of adding to it (an overrun is flagged)."""
         if not (np.all(np.isfinite(micro)) and math.isfinite(comm)):
             _hang()
-        begin = time.perf_counter()
+        begin = self.step_begin
         tau = plan.tau * self.scale
-        count, overrun = 0, False
+        elapsed, count, overrun = 0.0, 0, False     # emulated seconds since begin
         for m in range(self.M):
-            cursor = time.perf_counter()
-            if cursor - begin >= tau and self.scheme.check != "idealized":
+            if elapsed >= tau and self.scheme.check != "idealized":
                 break
             part = self.i * self.M + m
             g = self.workload.gradients(self.w, t, [part], self.n * self.M, plan.batch)[0]
             length = micro[m] * self.scale
-            overrun |= time.perf_counter() - cursor > length
-            if not self._finish_micro(cursor, length, begin, tau):
+            overrun |= time.time() > begin + elapsed + length
+            stop = self._stop_inside(elapsed, length, tau)
+            if stop is not None:
+                elapsed = stop
+                _sleep_until(begin + elapsed)
                 break
+            elapsed += length
+            _sleep_until(begin + elapsed)
             self.send[:self.d] += g
             count += 1
-        ctime = time.perf_counter() - begin
-        _sleep_until(time.perf_counter() + comm * self.scale)
+        _sleep_until(begin + elapsed + comm * self.scale)
         self.faults.maybe_poison(t, self.send[:self.d])
         bad = not np.all(np.isfinite(self.send[:self.d]))
         if bad:
             self.send[:] = 0.0    # an erasure: contribute nothing this step
             count = 0
         self.send[self.d] = count
-        self.row[:INFO] = (count, ctime / self.scale, float(overrun), float(bad))
+        self.row[:INFO] = (count, elapsed / self.scale, float(overrun), float(bad), time.time())
         self.row[INFO:INFO + self.M] = micro
         self.row[INFO + self.M] = comm
 
-    def _finish_micro(self, cursor: float, length: float, begin: float, tau: float) -> bool:
-        """Sleep out the micro-batch, checking the timer where the scheme does; False if it was dropped."""
+    def _stop_inside(self, elapsed: float, length: float, tau: float) -> float | None:
+        """Where the timer stops a micro-batch that starts at ``elapsed`` (its work is then dropped), or None if it
+        completes: ``idealized`` stops exactly at ``tau``; ``official`` checks after the forward pass."""
         check = self.scheme.check
-        if check == "idealized":
-            if cursor + length - begin > tau:
-                _sleep_until(begin + tau)
-                return False
-        elif check == "official":
-            _sleep_until(cursor + self.scheme.forward_share * length)
-            if time.perf_counter() - begin >= tau:
-                return False   # interrupted between forward and backward: the forward is wasted
-        _sleep_until(cursor + length)
-        return True
+        if check == "idealized" and elapsed + length > tau:
+            return tau
+        if check == "official" and elapsed + self.scheme.forward_share * length >= tau:
+            return elapsed + self.scheme.forward_share * length   # interrupted after its forward: wasted
+        return None
 
     # --- rank 0 ---------------------------------------------------------------------------------------------
     def _grad_error(self, t: int, plan, g: np.ndarray) -> float | None:
@@ -242,8 +251,9 @@ def _micro_times(scheme, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _sleep_until(deadline: float) -> None:
+    """Sleep until the wall time ``deadline`` (time.time, common to the ranks of one host)."""
     while True:
-        left = deadline - time.perf_counter()
+        left = deadline - time.time()
         if left <= 0:
             return
         time.sleep(min(left, 1e-3))

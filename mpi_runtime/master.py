@@ -116,6 +116,7 @@ class Master:
         plan = self.scheme.plan(t)
         ideal = self._ideal(t, plan)
         start = self.now()
+        self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "late_sent": 0, "computed": 0.0}
         for i in np.flatnonzero(self.busy < 0):
@@ -163,7 +164,8 @@ class Master:
     def _send_plan(self, i: int, t: int, plan) -> None:
         P.wait(self.send_reqs[i])      # the worker took its previous plan; its buffer is free again
         buf = self.send_bufs[i]
-        P.pack_plan(buf, t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i], self.w, self.capacity)
+        P.pack_plan(buf, t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i], self.w, self.capacity,
+                    self.stamp)
         tag = P.data_tag(t)
         self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
         self.send_reqs[i] = self.comm.Isend(buf, dest=i + 1, tag=tag)

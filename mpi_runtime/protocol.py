@@ -3,8 +3,8 @@
 Every message on the data path is one contiguous float64 numpy buffer sent with the buffer methods (``Isend`` /
 ``Irecv``), never pickled:
 
-- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), k_parts, n_parts, parts...
-  (capacity P, padded with -1)]`` followed by the model ``w`` (``d`` values);
+- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), k_parts, n_parts, start wall time,
+  parts... (capacity P, padded with -1)]`` followed by the model ``w`` (``d`` values);
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
   wall time]`` followed by the message (``L`` values; a complex message travels as its float64 view, 2 per entry);
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
@@ -31,7 +31,7 @@ POLL = 2e-4             # seconds between two tests of a pending request
 CTRL_TAG = 32767        # STOP / ACK
 TAG_MOD = 32767         # data tags are t mod TAG_MOD, i.e. 0..32766
 
-PLAN_HEADER = 5         # t, load, batch, k_parts, n_parts
+PLAN_HEADER = 6         # t, load, batch, k_parts, n_parts, wall time (time.time) when the master started iteration t
 RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
 
 
@@ -49,22 +49,23 @@ def plan_size(parts_capacity: int, d: int) -> int:
 
 
 def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: int, parts, w: np.ndarray,
-              capacity: int) -> None:
+              capacity: int, stamp: float) -> None:
     """Write worker ``i``'s plan and the model into ``buf`` (which no pending request may point at)."""
     parts = tuple(parts)
     if len(parts) > capacity:
         raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
-    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts))
+    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts), stamp)
     buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
     buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
     buf[PLAN_HEADER + capacity:] = w
 
 
-def unpack_plan(buf: np.ndarray, capacity: int) -> tuple[int, float, int | None, int, tuple[int, ...], np.ndarray]:
-    """``(t, load, batch, k_parts, parts, w)``; ``w`` is a view into ``buf``."""
-    t, load, batch, k_parts, n_parts = buf[:PLAN_HEADER]
+def unpack_plan(buf: np.ndarray, capacity: int):
+    """``(t, load, batch, k_parts, parts, w, stamp)``; ``w`` is a view into ``buf``."""
+    t, load, batch, k_parts, n_parts, stamp = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_parts)])
-    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, buf[PLAN_HEADER + capacity:]
+    return (int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, buf[PLAN_HEADER + capacity:],
+            float(stamp))
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:

@@ -7,7 +7,11 @@ Worker ``i`` (rank ``i + 1``) loops:
 2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
    ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
 3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds
-   from the moment it took up the plan: the same ``delay.sample(seed, t, n, load)`` draw the simulator uses
+   from ``begin = max(start of the iteration at the master, when this worker became free)``, the simulator's
+   ``begin_i = max(start, free_i)``: the time the plan and the model spent in transit, like the real compute,
+   counts toward the emulated time instead of adding to it (the start travels in the plan as wall-clock time, exact
+   on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the future is clipped to the
+   receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
    (common random numbers). Real compute time counts toward it (only the remainder is slept); if the real compute
    was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
@@ -45,6 +49,7 @@ class Worker:
         self.result = np.empty(P.RESULT_HEADER + self.length)
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
+        self.free = 0.0          # wall time at which this worker finished its last plan
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -82,21 +87,24 @@ class Worker:
     # --- one plan -------------------------------------------------------------------------------------------
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
-        begin = time.perf_counter()
-        t, load, batch, k_parts, parts, w = P.unpack_plan(buf, self.capacity)
+        received = time.time()
+        t, load, batch, k_parts, parts, w, stamp = P.unpack_plan(buf, self.capacity)
+        begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
         payload = self._message(t, load, batch, k_parts, parts, w)
-        real = time.perf_counter() - begin
+        real = time.time() - received
         target = self._emulated(t, load)
+        overrun = received + real > begin + target     # the real work alone took longer than the emulated time
         if not math.isfinite(target):
             _hang()
         if not self._sleep_until(begin + target):
             return False
         hdr = self.result
-        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(real > target), time.time())
+        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
         hdr[P.RESULT_HEADER:] = payload
         self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
         P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))
+        self.free = time.time()
         return True
 
     def _message(self, t: int, load: float, batch: int | None, k_parts: int, parts, w) -> np.ndarray:
@@ -112,11 +120,11 @@ class Worker:
         return float(compute[0, self.i] + comm[0, self.i]) * self.cfg.time_scale
 
     def _sleep_until(self, deadline: float) -> bool:
-        """Sleep until ``deadline`` (perf_counter), checking for STOP now and then. False if STOP came."""
+        """Sleep until ``deadline`` (wall time), checking for STOP now and then. False if STOP came."""
         status = MPI.Status()
         last_probe = 0.0
         while True:
-            now = time.perf_counter()
+            now = time.time()
             if now >= deadline:
                 return True
             if now - last_probe >= STOP_PROBE:
