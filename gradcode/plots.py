@@ -5,11 +5,12 @@
 - ``tradeoff.png``: samples computed against speedup over sync (mean over seeds), one point per scheme and delay;
 - ``adaptive.png``: ``k``, the per-worker load and DropCompute's ``tau`` against the iteration, for the schemes
   that adapt them;
-- ``timeline.png``: the first iterations of a few schemes, one row per worker. Records hold each iteration's start,
-  end, ordered responders and loads, not the arrival time of every worker, so every bar spans the whole iteration
-  and its colour gives the worker's role: *busy* (a responder whose message was used), *waited-for* (the last
-  responder: the iteration ended when it arrived), *wasted* (started with a positive load but not used: its work
-  was discarded), *idle* (load 0). The true busy time of a responder that arrived early is shorter than its bar.
+- ``timeline.png``: the first iterations of a few schemes, one row per worker. Simulated runs record every worker's
+  own ``[begin, arrival]`` (``busy``), drawn as is, coloured by role: *busy* (a responder whose message was used),
+  *waited-for* (the responder whose arrival ended the iteration), *wasted* (work that was discarded, often running
+  on into the next iteration: a late worker finishes it first), *idle*. Records without ``busy`` (MPI runs) hold
+  only each iteration's start, end, ordered responders and loads, so there every bar spans the whole iteration and
+  only its colour carries the role.
 
 Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise).
 """
@@ -179,15 +180,36 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
     fig, axes = _panels(plt, len(runs), height=3.4)
     for ax, run in zip(axes[0], runs, strict=False):
         for rec in run.records[:iterations]:
+            if rec.get("busy") is not None:
+                _exact_bars(ax, rec)
+                continue
             for worker, role in enumerate(_roles(rec)):
                 ax.barh(worker, rec["end"] - rec["start"], left=rec["start"], color=ROLE_COLOURS[role],
                         edgecolor="black", lw=0.3, height=0.8)
+        shown = run.records[:iterations]
+        if shown:   # wasted work can run far past the last iteration shown: cut the view there
+            ax.set_xlim(shown[0]["start"], shown[-1]["end"] + 0.02 * (shown[-1]["end"] - shown[0]["start"]))
         ax.set(title=run.meta["scheme"], xlabel="time", ylabel="worker")
     from matplotlib.patches import Patch
 
     axes[0][-1].legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
                        fontsize=7, loc="upper right")
     _save(fig, path)
+
+
+def _exact_bars(ax, rec: dict) -> None:
+    """Bars from the records' per-worker spans (the simulator writes them): each worker's own ``[begin, arrival]``;
+    its role (used, the one waited for, wasted) as in :func:`_roles`. A thin line marks the iteration's end."""
+    roles = _roles(rec)
+    used = [i for i in rec["responders"] if rec["busy"][i] is not None]
+    if used:   # the responder that arrived last ended the iteration
+        roles[max(used, key=lambda i: rec["busy"][i][1])] = "waited-for"
+    for worker, span in enumerate(rec["busy"]):
+        if span is None:
+            continue
+        ax.barh(worker, span[1] - span[0], left=span[0], color=ROLE_COLOURS[roles[worker]], edgecolor="black",
+                lw=0.3, height=0.8)
+    ax.axvline(rec["end"], color="black", lw=0.5, alpha=0.5)
 
 
 def make_all(folder: Path, runs: list, rows: list[dict[str, Any]]) -> list[str]:

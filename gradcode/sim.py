@@ -18,7 +18,8 @@ Decentralized schemes (DropCompute) run a synchronous All-Reduce step instead: e
 until its local limit, the step ends at ``max_i (compute_i + comm_i)``.
 
 With ``workload=None`` only times are simulated (no gradients); schemes that adapt on gradients then keep their
-initial state. Records are the flat dicts of DESIGN.md.
+initial state. Records are the flat dicts of DESIGN.md; training runs add ``busy``, each worker's ``[begin, arrival]``
+in the iteration (None if it did not take up the plan), from which timelines are drawn.
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ class _Run:
                       messages=int(started.sum()), computed=computed, wasted=computed - used,
                       as_lists=self.workload is not None)
         rec["grad_error"] = self._grad_error if combined is not None else None
+        if self.workload is not None:   # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
+            rec["busy"] = _spans(begin, arrive, started)
         if combined is not None:
             self.scheme.adapt(t, combined, elapsed=end - start)
         return rec
@@ -274,8 +277,16 @@ class _Run:
         rec = _record(self.scheme, t, start, end, responders, units, combined,
                       messages=self.n, computed=float(units.sum()), wasted=0.0, as_lists=self.workload is not None)
         rec["drop_rate"] = 1.0 - float(counts.sum()) / (self.n * plan.micro_batches)
+        if self.workload is not None:
+            rec["busy"] = _spans(np.full(self.n, start), start + ctime, np.ones(self.n, dtype=bool))
         rec["grad_error"] = self._grad_error if combined is not None else None
         return rec
+
+
+def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
+    """``[begin, arrival]`` of every worker that took up this iteration's plan (None for the others)."""
+    return [[float(b), float(a)] if ok and math.isfinite(a) else None
+            for b, a, ok in zip(begin, arrive, started, strict=True)]
 
 
 def _record(scheme: Scheme, t: int, start: float, end: float, responders, load, combined: Combined | None,
