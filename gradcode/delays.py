@@ -273,21 +273,26 @@ class DelayModel:
             return np.where(y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0)
         return (y >= self.comm).astype(float)
 
+    def _convolve_exp_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
+        """``E_U[kernel(x - load * U)]`` over the unit time's atoms: the CDF (or survival function) of
+        ``load * U + C`` for exponential ``C``, whose own CDF (survival function) is ``kernel``."""
+        v, w = self._unit_atoms()
+        lv = load * v
+        flat = x.reshape(-1)
+        out = np.empty(flat.shape)
+        step = max(1, _CHUNK // max(len(v), 1))   # bounded memory: step x len(v) at a time
+        for s in range(0, len(flat), step):
+            out[s:s + step] = kernel(flat[s:s + step, None] - lv[None, :]) @ w
+        return np.clip(out, 0.0, 1.0).reshape(x.shape)
+
     def _total_cdf(self, x: np.ndarray, load: float) -> np.ndarray:
         """CDF of ``load * U + C`` (``load`` a checked scalar)."""
         x = np.asarray(x, dtype=float)
         if self.comm_dist == "exponential" and self.comm > 0:
             if load == 0:
                 return self._comm_cdf(x)
-            v, w = self._unit_atoms()
-            lv = load * v
-            flat = x.reshape(-1)
-            out = np.empty(flat.shape)
-            step = max(1, _CHUNK // max(len(v), 1))
-            for s in range(0, len(flat), step):
-                y = flat[s:s + step, None] - lv[None, :]
-                out[s:s + step] = np.where(y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0) @ w
-            return np.clip(out, 0.0, 1.0).reshape(x.shape)
+            return self._convolve_exp_comm(x, load, lambda y: np.where(
+                y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0))
         y = x - self.comm
         if load == 0:
             return (y >= 0).astype(float)
@@ -300,15 +305,8 @@ class DelayModel:
         if self.comm_dist == "exponential" and self.comm > 0:
             if load == 0:
                 return np.where(x > 0, np.exp(-np.maximum(x, 0.0) / self.comm), 1.0)
-            v, w = self._unit_atoms()
-            lv = load * v
-            flat = x.reshape(-1)
-            out = np.empty(flat.shape)
-            step = max(1, _CHUNK // max(len(v), 1))
-            for s in range(0, len(flat), step):
-                y = flat[s:s + step, None] - lv[None, :]
-                out[s:s + step] = np.where(y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0) @ w
-            return np.clip(out, 0.0, 1.0).reshape(x.shape)
+            return self._convolve_exp_comm(x, load, lambda y: np.where(
+                y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0))
         y = x - self.comm
         if load == 0:
             return (y < 0).astype(float)

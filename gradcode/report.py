@@ -122,7 +122,7 @@ def run_row(run: RunData) -> dict[str, Any]:
         "status": "complete" if run.complete else "partial", "iterations": s["iterations"],
         "mean_iteration_time": s["mean_iteration_time"], "p50_iteration_time": s["p50_iteration_time"],
         "p95_iteration_time": s["p95_iteration_time"], "total_time": s["total_time"], "ideal_total_time": ideal,
-        "overhead_ratio": s["total_time"] / ideal if ideal > 0 else None,
+        "overhead_ratio": s["overhead_ratio"],
         "time_to_target": s.get("time_to_target"), "final_loss": s["final_loss"],
         "computed_units": s["computed"], "wasted_units": s["wasted"],
         "samples_computed": None if per_unit is None else s["computed"] * per_unit,

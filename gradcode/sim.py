@@ -328,6 +328,11 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "mean_residual": float(np.mean(residuals)) if residuals else None,
         "final_loss": losses[-1] if losses else None,
     }
+    ideal = summary["ideal_total_time"]
+    # measured over ideal: 1 on the virtual clock; on MPI, the runtime's overhead
+    summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
+    summary["median_overhead_ratio"] = float(np.median(
+        [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in records]))
     if target_loss is not None:
         hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
         summary["target_loss"] = target_loss

@@ -227,10 +227,6 @@ class Decentralized:
     def write_summary(self, error: str | None = None) -> None:
         summary = summarize(self.records)
         if self.records:
-            ideal = summary["ideal_total_time"]
-            summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
-            summary["median_overhead_ratio"] = float(np.median(
-                [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in self.records]))
             summary["erasures"] = int(sum(len(r["erasures"]) for r in self.records))
             summary["overruns"] = int(sum(len(r["overruns"]) for r in self.records))
         summary.update(cluster="mpi", time_scale=self.scale,

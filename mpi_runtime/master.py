@@ -277,10 +277,6 @@ class Master:
     def write_summary(self, error: str | None, unresponsive: list[int]) -> None:
         summary = summarize(self.records)
         if self.records:
-            ideal = summary["ideal_total_time"]
-            summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
-            summary["median_overhead_ratio"] = float(np.median(
-                [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in self.records]))
             summary["master_us_median"] = float(np.median([r["master_us"] for r in self.records]))
             summary["stale_messages"] = int(sum(r["stale"] for r in self.records))
             summary["erasures"] = int(sum(len(r["erasures"]) for r in self.records))

@@ -95,6 +95,11 @@ class _Code:
 
     def encode_row(self, i: int, partials: np.ndarray) -> np.ndarray:
         """Worker ``i``'s message from the partial gradients of its support only (``(len(support(i)), d)``)."""
+        sup, partials = self._row_partials(i, partials)
+        return self.B[i, sup] @ partials
+
+    def _row_partials(self, i: int, partials) -> tuple[list[int], np.ndarray]:
+        """Worker ``i``'s support and its partial gradients, checked to be one per partition of the support."""
         sup = self.support(i)
         partials = np.asarray(partials)
         if partials.shape[:1] != (len(sup),):
@@ -102,7 +107,7 @@ class _Code:
                 f"worker {i} holds partitions {sup}: expected {len(sup)} partial gradients, got shape "
                 f"{partials.shape}"
             )
-        return self.B[i, list(sup)] @ partials
+        return list(sup), partials
 
     def _check_partials(self, partials) -> np.ndarray:
         partials = np.asarray(partials)

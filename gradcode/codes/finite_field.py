@@ -190,14 +190,8 @@ class ReedSolomonGF(_Code):
 
     def encode_row(self, i: int, partials) -> np.ndarray:
         """Worker ``i``'s int64 message from the float partials of its support (``(s + 1, d)``)."""
-        sup = self.support(i)
-        partials = np.asarray(partials)
-        if partials.shape[:1] != (len(sup),):
-            raise ConfigError(
-                f"worker {i} holds partitions {sup}: expected {len(sup)} partial gradients, got shape "
-                f"{partials.shape}"
-            )
-        return _mulsum(self.B[i, list(sup)], self.quantize(partials), self.p)
+        sup, partials = self._row_partials(i, partials)
+        return _mulsum(self.B[i, sup], self.quantize(partials), self.p)
 
     # --- decoding -------------------------------------------------------------------------------------------
     def _decode(self, F: np.ndarray, method: str):
