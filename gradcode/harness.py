@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from .errors import ConfigError, GradcodeError
 from .spec import Spec, build, load_spec, run_kwargs
 
@@ -262,7 +264,7 @@ def execute(run: RunPlan, runs_dir: Path) -> bool:
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     (folder / "spec.json").write_text(json.dumps(run.spec, indent=2) + "\n")
-    (folder / "spec.toml").write_text(to_toml(run.spec))
+    (folder / "spec.toml").write_text(tomli_w.dumps(run.spec))
     (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
     count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder)
     (folder / COMPLETE).write_text(json.dumps({"spec": run.digest(), "records": count}) + "\n")
@@ -362,36 +364,3 @@ def compare_main(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"wrote {out / 'summary.csv'}, {out / 'summary.json'} and {out / 'report.md'}")
     return 1 if any(n.startswith("run failed") for n in info["notes"]) else 0
-
-
-# --- TOML -----------------------------------------------------------------------------------------------------
-def to_toml(data: dict[str, Any]) -> str:
-    """A spec dict as TOML: top-level tables, arrays of tables, inline tables for nested dicts."""
-    lines: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            lines += [f"[{_key(key)}]"] + [f"{_key(k)} = {_value(v)}" for k, v in value.items()] + [""]
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            for table in value:
-                lines += [f"[[{_key(key)}]]"] + [f"{_key(k)} = {_value(v)}" for k, v in table.items()] + [""]
-        else:
-            lines.insert(0, f"{_key(key)} = {_value(value)}")
-    return "\n".join(lines)
-
-
-def _key(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, str)):
-        return json.dumps(value)
-    if isinstance(value, float):
-        return {float("inf"): "inf", float("-inf"): "-inf"}.get(value, "nan" if value != value else repr(value))
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
