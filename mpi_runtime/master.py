@@ -114,7 +114,6 @@ class Master:
 
     def step(self, t: int) -> dict[str, Any]:
         plan = self.scheme.plan(t)
-        ideal = self._ideal(t, plan)
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
@@ -122,6 +121,7 @@ class Master:
         for i in np.flatnonzero(self.busy < 0):
             self._send_plan(int(i), t, plan)
         send_s = time.perf_counter() - tick
+        ideal = self._ideal(t, plan)  # while the workers compute: off the critical path
         responders = self._collect(t, plan, start, ideal["fallback"])
         end = self.now()
         tick = time.perf_counter()
