@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except GradcodeError as err:
         print(f"gradcode {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # output piped into `head` and closed early: not an error (see the Python docs on SIGPIPE)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _demo(args) -> int:
