@@ -204,7 +204,7 @@ def _units(single: dict) -> dict[str, Any]:
     per_unit = scheme.samples_per_unit
     if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
         per_unit = workload.n_samples / plan.k_parts
-    floats = None if d is None else (scheme.message_size(d) if hasattr(scheme, "message_size") else d)
+    floats = None if d is None else scheme.message_size(d)
     return {"dim": d, "samples_per_unit": per_unit, "message_floats": floats}
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,6 @@ class SimResult:
     records: list[dict[str, Any]]
     summary: dict[str, Any]
     params: np.ndarray | None = None
-    config: dict[str, Any] = field(default_factory=dict)
 
     def write(self, out: str | Path) -> Path:
         """Write ``records.jsonl`` and ``summary.json`` into the folder ``out``."""

@@ -98,7 +98,7 @@ class Decentralized:
         plan = self.scheme.plan(t)
         start = self.next_start
         self.faults.maybe_crash(t)
-        micro, comm = _micro_times(self.scheme, self.delay, self.cfg.seed, t)
+        micro, comm = self.scheme.micro_times(self.delay, self.cfg.seed, t)
         silent = np.flatnonzero(~np.isfinite(micro.sum(axis=1) + comm)).tolist()
         if silent:
             # the simulator's verdict, reached by every rank from the same draws: fail now rather than hang
@@ -235,15 +235,6 @@ class Decentralized:
         if error is not None:
             summary["error"] = error
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
-
-
-def _micro_times(scheme, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(n, M)`` micro-batch and ``(n,)`` communication times: the scheme's own method when it has one (the
-    simulator calls the same), else the delay model's draws."""
-    if hasattr(scheme, "micro_times"):
-        return scheme.micro_times(delay, seed, t)
-    micro, comm = delay.sample_micro(seed, t, scheme.n, scheme.M)
-    return micro[0], comm[0]
 
 
 def _sleep_until(deadline: float) -> None:

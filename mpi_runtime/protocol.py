@@ -70,9 +70,8 @@ def unpack_plan(buf: np.ndarray, capacity: int):
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:
     """``(float64 values per message, complex?)``: complex codes send real and imaginary parts."""
-    code = getattr(scheme, "code", None)
-    is_complex = bool(code is not None and code.is_complex)
-    return (2 * d if is_complex else d), is_complex
+    length = scheme.message_size(d)   # 2 d for a complex code: real and imaginary parts travel as float64
+    return length, length != d
 
 
 def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:

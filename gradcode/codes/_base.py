@@ -44,6 +44,9 @@ class _Code:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     exact: ClassVar[bool] = True
+    # True if some sets of fewer than n - s responders decode exactly (a scheme then searches for the earliest);
+    # False for MDS-like codes, where exactly the first n - s responders do.
+    early_decoding: ClassVar[bool] = False
 
     def __init__(self, n: int, s: int, *, seed: int | None = 0, tol: float = 1e-8, cache_size: int = 4096):
         self.n = check_int("n", n, low=1)

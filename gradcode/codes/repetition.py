@@ -86,6 +86,7 @@ class FractionalRepetition(_Code):
 
     name = "fractional_repetition"
     description = "groups of s + 1 workers share s + 1 partitions; decode without algebra (exact)"
+    early_decoding = True   # one responder per group is enough, often fewer than n - s
 
     def _check(self) -> None:
         g = self.s + 1

@@ -110,6 +110,10 @@ class Scheme:
         ``(len(responders), d)`` array (what the simulator, which computes each partition once, needs)."""
         return np.stack([self.message(int(i), partials[list(plan.parts[i])], plan) for i in responders])
 
+    def message_size(self, d: int) -> int:
+        """Real numbers per message for a model of ``d`` parameters."""
+        return d
+
     # --- 3. stop --------------------------------------------------------------------------------------------
     def stop_count(self) -> int | None:
         """If the stop rule is "the first m arrivals", that ``m``; ``None`` if it depends on who arrived."""

@@ -20,9 +20,6 @@ from ..codes import _Code, make_code
 from ..errors import ConfigError, check_float
 from ._base import Combined, Plan, Scheme, check_k
 
-# Codes that can decode from fewer than n - s responders (so the earliest decodable prefix is searched for).
-_EARLY_DECODERS = {"fractional_repetition"}
-
 
 class Coded(Scheme):
     """Gradient coding with the code ``code`` (a registry name or a code object whose ``n`` equals ``n``)."""
@@ -74,7 +71,7 @@ class Coded(Scheme):
         timing-only simulator, where nothing is decoded; :meth:`stop_index` also verifies the decode)."""
         if not self.exact:
             return self.wait
-        return None if self.code.name in _EARLY_DECODERS else self.n - self.code.s
+        return None if self.code.early_decoding else self.n - self.code.s
 
     def done(self, responders) -> bool:
         if not self.exact:
@@ -82,7 +79,7 @@ class Coded(Scheme):
         return self.code.is_decodable(list(responders))
 
     def stop_index(self, order) -> int | None:
-        if not self.exact or self.code.name in _EARLY_DECODERS:
+        if not self.exact or self.code.early_decoding:
             return super().stop_index(order)
         # MDS-like: fewer than n - s never decode; more are only needed when the decode is ill-conditioned.
         for m in range(self.n - self.code.s, len(order) + 1):
