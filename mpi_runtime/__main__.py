@@ -23,7 +23,7 @@ from mpi4py import MPI
 from gradcode.errors import ConfigError
 
 from .config import load_run
-from .protocol import RunFailure
+from .protocol import RunFailure, precise_sleep
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +51,7 @@ def run(argv: list[str] | None = None) -> int:
                           f"(a master and the workers); it was launched with {world.Get_size()}")
     scheme, delay, workload = cfg.build()
     comm = world.Dup()      # our own communicator: nothing else can match our tags
+    precise_sleep()         # every rank emulates times and polls with time.sleep
     out = Path(args.out)
     if scheme.decentralized:
         from .allreduce import Decentralized

@@ -13,14 +13,20 @@ Iteration ``t``:
 2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until
    ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
    non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
-3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (flushed).
+3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
+   flushed once the next iteration's plans are out, or when the run ends). A
+   scheme whose combine is a scaled sum (``scheme.sums_messages``: the averaging schemes) has its messages added
+   up as they arrive, during the wait, and ``scheme.combine_sum`` finishes the estimate.
 
 **Times.** ``start``/``end`` in the records are wall-clock seconds since the run start (after a barrier of all
 ranks) divided by ``time_scale``, i.e. in model time units, comparable with the simulator. ``start`` is when the
 master begins handing out plan ``t``, ``end`` when the stop rule held; the master's own work (decode, update,
-sends) lies between one ``end`` and the next ``start``. ``ideal_end = start + D_t`` with ``D_t`` the duration the
-simulator's arithmetic gives iteration ``t`` on a shadow virtual clock with the same draws (zero overhead), so
-``sum(ideal_end - start)`` is the ideal total time and the summary's ``overhead_ratio`` is measured over ideal.
+sends) lies between one ``end`` and the next ``start``; the loss evaluation for the records is bookkeeping and is
+kept off the clock (``now``), as on the virtual clock. ``ideal_end = start + D_t`` with ``D_t`` the duration the
+simulator's arithmetic gives iteration ``t`` with the same draws and zero overhead, starting from where the workers
+are: a worker still busy is taken to be free when it would finish its plan with zero overhead (the begin of that
+plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal total time, the summary's
+``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only (see ``_ideal``).
 
 **Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Receives still
 pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
@@ -62,37 +68,46 @@ class Master:
         self.w = np.array(workload.init_params(), dtype=float)
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
+        # buffers written once here: the page faults of first use do not land in iteration 0
         self.send_bufs = [np.empty(P.plan_size(capacity, d)) for _ in range(self.n)]
         self.recv_bufs = [np.empty(P.RESULT_HEADER + self.length) for _ in range(self.n)]
+        for buf in self.send_bufs + self.recv_bufs:
+            buf.fill(0.0)
+        self.total = np.zeros(self.length) if scheme.sums_messages else None   # running sum of the messages
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
+        # when each worker would be free with zero overhead: the begin of the plan it holds + its emulated time
+        self.expected_free = np.zeros(self.n)
         self.shadow = _Run(scheme, delay, None, cfg.seed, 0.0, "finish")   # the simulator's own clock arithmetic
         self.out = out
         self.records: list[dict[str, Any]] = []
+        self.unwritten: dict[str, Any] | None = None    # the last record, written during the next iteration's wait
         self.t0 = 0.0
+        self.off_clock = 0.0     # seconds spent in _evaluate so far: not counted by now()
         self.log = _Log()
 
     def now(self) -> float:
-        """Model time units since the run start."""
-        return (time.perf_counter() - self.t0) / self.scale
+        """Model time units since the run start, without the time spent evaluating the loss for the records."""
+        return (time.perf_counter() - self.t0 - self.off_clock) / self.scale
 
     # --- the run --------------------------------------------------------------------------------------------
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
+        P.warm_up(self.comm, [(buf, i + 1) for i, buf in enumerate(self.send_bufs)],
+                  [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)])
         P.wait(self.comm.Ibarrier())
         self.t0 = time.perf_counter()
         error = None
-        with open(self.out / "records.jsonl", "w") as fh:
+        with open(self.out / "records.jsonl", "w") as self.records_file:
             try:
                 for t in range(self.cfg.iterations):
-                    rec = self.step(t)
-                    fh.write(json.dumps(rec, default=_jsonable) + "\n")
-                    fh.flush()
-                    if self._finished(rec):
+                    if self._finished(self.step(t)):
                         break
             except RunFailure as err:
                 error = str(err)
+            finally:
+                self._write_record()
         unresponsive = self.shutdown() if error is None else sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
         np.save(self.out / "params.npy", self.w)
         self.write_summary(error, unresponsive)
@@ -114,22 +129,30 @@ class Master:
 
     def step(self, t: int) -> dict[str, Any]:
         plan = self.scheme.plan(t)
-        start = self.now()
+        start = self.start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "late_sent": 0, "computed": 0.0}
-        for i in np.flatnonzero(self.busy < 0):
+        free = self.expected_free.copy()
+        idle = np.flatnonzero(self.busy < 0)
+        for i in idle:
             self._send_plan(int(i), t, plan)
         send_s = time.perf_counter() - tick
-        ideal = self._ideal(t, plan)  # while the workers compute: off the critical path
+        # while the workers compute, off the critical path: their emulated times, and the ideal
+        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        self.emulated = compute[0] + comm[0]     # each worker's response time this iteration (model units)
+        self.expected_free[idle] = start + self.emulated[idle]
+        ideal = self._ideal(t, plan, start, free)
+        self._write_record()
         responders = self._collect(t, plan, start, ideal["fallback"])
         end = self.now()
         tick = time.perf_counter()
-        combined = self._combine(t, plan, responders)
+        combined, g = self._combine(plan, responders)
+        loss, grad_error, evaluation_s = self._evaluate(t, plan, g)
+        self.w -= self.lr * g
         used = float(plan.load[responders].sum())
         self.scheme.adapt(t, combined, elapsed=end - start)
-        master_s = send_s + time.perf_counter() - tick
-        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
+        master_s = send_s + time.perf_counter() - tick - evaluation_s
         rec = {
             "scheme": self.scheme.name, "iteration": t, "start": start, "end": end,
             "ideal_end": start + ideal["duration"],
@@ -139,18 +162,31 @@ class Master:
             "residual": float(combined.residual), "method": combined.method,
         }
         rec.update(self.scheme.record())
-        rec["loss"] = float(self.workload.loss(self.w)) if with_loss else None
-        rec["grad_error"] = self._grad_error if with_loss else None
-        rec.update(stale=self.stats["stale"], erasures=self.stats["erasures"], overruns=self.stats["overruns"],
-                   master_us=master_s * 1e6, ideal_responders=ideal["responders"])
+        rec.update(loss=loss, grad_error=grad_error, stale=self.stats["stale"], erasures=self.stats["erasures"],
+                   overruns=self.stats["overruns"], master_us=master_s * 1e6,
+                   evaluation_us=evaluation_s * 1e6, ideal_responders=ideal["responders"])
         self.records.append(rec)
+        self.unwritten = rec
         return rec
 
+    def _write_record(self) -> None:
+        """Append the last record to records.jsonl and flush it. Called once the next iteration's plans are out
+        (so the write is not on the critical path) and when the run ends, so every record reaches the disk."""
+        if self.unwritten is not None:
+            self.records_file.write(json.dumps(self.unwritten, default=_jsonable) + "\n")
+            self.records_file.flush()
+            self.unwritten = None
+
     # --- the shadow clock -----------------------------------------------------------------------------------
-    def _ideal(self, t: int, plan) -> dict[str, Any]:
-        """The simulator's arithmetic for iteration ``t`` on a virtual clock (same draws, zero overhead)."""
+    def _ideal(self, t: int, plan, start: float, free: np.ndarray) -> dict[str, Any]:
+        """The simulator's arithmetic for iteration ``t`` (same draws, zero overhead), from where the workers are:
+        the virtual clock is set to this iteration's ``start`` and each worker's free time to when it would finish
+        the plan it holds with zero overhead (``expected_free``), so that the ideal charges this iteration's
+        overhead alone. (A free-running virtual clock would drift from the real one, and under ``finish`` a late
+        worker that catches a plan on one clock and misses it on the other makes the two differ by a whole delay.)"""
         from gradcode.sim import SimulationError
 
+        self.shadow.clock, self.shadow.free = start, free
         try:
             rec = self.shadow._master_step(t, plan)
         except SimulationError as err:
@@ -185,6 +221,7 @@ class Master:
             for i in arrived:
                 if self._accept(i, t, plan):
                     responders.append(i)
+                    self._add(i, first=len(responders) == 1)
                     if self._stop(responders, fallback):
                         self._late_ones(arrived[arrived.index(i) + 1:], t)
                         return responders
@@ -221,6 +258,8 @@ class Master:
             # a late answer to an older plan: drop it; the worker is free, so it takes the current plan now
             self.stats["stale"] += 1
             self._send_plan(i, t, plan)
+            sent = self.now() - (time.time() - hdr[5]) / self.scale     # when it sent this answer, model units
+            self.expected_free[i] = max(self.start, sent) + self.emulated[i]
             return False
         if hdr[4]:
             self.stats["overruns"].append(i)
@@ -231,6 +270,17 @@ class Master:
             return False
         return True
 
+    def _add(self, i: int, first: bool) -> None:
+        """A scheme that combines the plain sum: add the message now, while the master waits for the others, so
+        that after the stop rule holds only the last one is left to add."""
+        if self.total is None:
+            return
+        payload = self.recv_bufs[i][P.RESULT_HEADER:]
+        if first:
+            np.copyto(self.total, payload)
+        else:
+            self.total += payload
+
     def _late_ones(self, arrived: list[int], t: int) -> None:
         """Messages that completed in the same poll as the deciding one but after it: not used."""
         for i in arrived:
@@ -239,19 +289,33 @@ class Master:
                 self.stats["stale"] += 1
 
     # --- combine and update ---------------------------------------------------------------------------------
-    def _combine(self, t: int, plan, responders: list[int]):
-        messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
-                             for i in responders])
-        combined = self.scheme.combine(messages, responders, plan)
-        g = np.real_if_close(np.asarray(combined.gradient))
-        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
-        self._grad_error = None
-        if with_loss:
+    def _combine(self, plan, responders: list[int]):
+        """The scheme's estimate from the responders' messages, and its real gradient."""
+        if self.total is not None:
+            combined = self.scheme.combine_sum(self.total, responders, plan)   # summed as they arrived (_add)
+        else:
+            messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
+                                 for i in responders])
+            combined = self.scheme.combine(messages, responders, plan)
+        return combined, np.real_if_close(np.asarray(combined.gradient))
+
+    def _evaluate(self, t: int, plan, g: np.ndarray) -> tuple[float | None, float | None, float]:
+        """``(loss after the update, relative error of g, seconds taken)``; the first two every ``loss_every``
+        iterations, else None.
+
+        Bookkeeping for the records, not part of any scheme: its time is kept off the clock (``now``), as the
+        virtual clock does not count it either. Workers still late from this iteration run on meanwhile.
+        """
+        tick = time.perf_counter()
+        loss = grad_error = None
+        if t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1:
             truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
             norm = np.linalg.norm(truth)
-            self._grad_error = float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
-        self.w -= self.lr * g
-        return combined
+            grad_error = float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
+            loss = float(self.workload.loss(self.w - self.lr * g))
+        elapsed = time.perf_counter() - tick
+        self.off_clock += elapsed
+        return loss, grad_error, elapsed
 
     # --- shutdown -------------------------------------------------------------------------------------------
     def shutdown(self) -> list[int]:

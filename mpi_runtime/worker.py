@@ -16,7 +16,10 @@ Worker ``i`` (rank ``i + 1``) loops:
    was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
 4. **Send** the result (header + message) with a non-blocking buffer send, tag ``t mod 32767``, and complete it
-   by polling before the buffer is written again.
+   by polling before the buffer is written again. The message is copied into the send buffer before the sleep,
+   so that only the header is written after it. The worker counts as free from the moment it sent (the
+   simulator's ``free_i = arrival``): the transfer of the result, like that of the plan, counts toward the next
+   emulated time.
 """
 
 from __future__ import annotations
@@ -45,14 +48,16 @@ class Worker:
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
-        self.plans = [np.empty(P.plan_size(capacity, d)), np.empty(P.plan_size(capacity, d))]
-        self.result = np.empty(P.RESULT_HEADER + self.length)
+        # written once here, so that the page faults of first use do not land in iteration 0
+        self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
+        self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
-        self.free = 0.0          # wall time at which this worker finished its last plan
+        self.free = 0.0          # wall time at which this worker sent its last result
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
+        P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)])
         P.wait(self.comm.Ibarrier())     # the master starts its clock after this
         while True:
             current = self._next_plan()
@@ -97,14 +102,14 @@ class Worker:
         overrun = received + real > begin + target     # the real work alone took longer than the emulated time
         if not math.isfinite(target):
             _hang()
+        hdr = self.result
+        hdr[P.RESULT_HEADER:] = payload     # before the sleep: after it, only the header is left to write
+        self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
         if not self._sleep_until(begin + target):
             return False
-        hdr = self.result
         hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
-        hdr[P.RESULT_HEADER:] = payload
-        self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
+        self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))
-        self.free = time.time()
         return True
 
     def _message(self, t: int, load: float, batch: int | None, k_parts: int, parts, w) -> np.ndarray:

@@ -154,9 +154,32 @@ def test_master_schemes_agree_with_simulator(name, tmp_path):
     for a, b in zip(sim.records, mpi, strict=True):
         assert sorted(a["responders"]) == sorted(b["responders"]), (a["iteration"], a["responders"], b)
         assert b["ideal_end"] >= b["start"]
+    _no_iteration_beats_its_ideal(mpi)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["overhead_ratio"] > 0.9 and "ideal_total_time" in summary
+
+
+def _no_iteration_beats_its_ideal(records: list[dict]) -> None:
+    """Every real arrival is at or after its zero-overhead arrival, so no iteration can end before its ideal (up to
+    the clock conversion, well under a millisecond); a free-running virtual clock would break this."""
+    slack = 1e-3 / SCALE
+    for r in records:
+        assert r["end"] >= r["ideal_end"] - slack, (r["iteration"], r["end"], r["ideal_end"])
+
+
+def test_loss_evaluation_is_off_the_clock(tmp_path):
+    """A model big enough that evaluating the loss takes milliseconds: the records' clock does not count it."""
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=4)
+    spec["workload"] = {"name": "least_squares", "n_samples": 64, "dim": 100000, "seed": 1}
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    assert all(r["loss"] is not None for r in mpi)
+    evaluation = [r["evaluation_us"] * 1e-6 / SCALE for r in mpi]
+    gaps = [b["start"] - a["end"] for a, b in zip(mpi, mpi[1:], strict=False)]
+    assert min(evaluation) > 0
+    assert sum(gaps) < 0.5 * sum(evaluation[:-1]), (gaps, evaluation)
 
 
 def test_stale_messages_never_mixed_in(tmp_path):
@@ -168,6 +191,7 @@ def test_stale_messages_never_mixed_in(tmp_path):
     mpi = _records(out)
     sim = _simulated(spec)
     assert sum(r["stale"] for r in mpi) > 0
+    _no_iteration_beats_its_ideal(mpi)      # the ideal starts from the late workers' zero-overhead free times
     assert [sorted(r["responders"]) for r in mpi] == [sorted(int(i) for i in r["responders"]) for r in sim.records]
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
 

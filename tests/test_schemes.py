@@ -71,6 +71,31 @@ def test_mds_stops_at_n_minus_s():
     assert scheme.stop_index(order) == 7
 
 
+SUMMING = {"sync": {}, "fastest_k": {"k": 3}, "backup": {"b": 2}, "adaptive_k": {"k0": 2},
+           "adaptive_k_load": {"batch": 4, "delay": {"name": "shifted_exponential", "a": 1.0, "mu": 1.0}}}
+
+
+@pytest.mark.parametrize("name", list(SUMMING))
+def test_summing_schemes_combine_the_plain_sum(name):
+    """What the MPI master relies on when it adds messages up as they arrive: combine == combine_sum(sum)."""
+    scheme = make_scheme(name, n=6, **SUMMING[name])
+    assert scheme.sums_messages
+    plan = scheme.plan(0)
+    msgs = np.random.default_rng(3).standard_normal((4, 5))
+    responders = [4, 1, 0, 5]
+    total = msgs[0].copy()
+    for m in msgs[1:]:           # in arrival order, as the master adds them
+        total += m
+    got = scheme.combine_sum(total, responders, plan).gradient
+    np.testing.assert_array_equal(got, scheme.combine(msgs, responders, plan).gradient)
+    np.testing.assert_allclose(got, (6 / 4) * msgs.sum(axis=0), rtol=1e-15)
+
+
+def test_coded_and_dropcompute_do_not_claim_a_plain_sum():
+    assert not make_scheme("coded", n=6, code="cyclic_mds", s=2).sums_messages
+    assert not make_scheme("dropcompute", n=6, M=2).sums_messages
+
+
 def test_averaging_scales_to_the_full_sum():
     scheme = make_scheme("fastest_k", n=4, k=2)
     plan = scheme.plan(0)

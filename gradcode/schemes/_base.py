@@ -60,6 +60,9 @@ class Scheme:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     decentralized: ClassVar[bool] = False
+    #: True if ``combine(messages, F, plan)`` equals ``combine_sum(messages.sum(axis=0), F, plan)``: a cluster may
+    #: then add the messages up as they arrive (the MPI master does, to keep the sum off the critical path).
+    sums_messages: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)

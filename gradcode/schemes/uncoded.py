@@ -16,12 +16,17 @@ from ._base import Combined, Plan, Scheme, check_k
 class _Averaging(Scheme):
     """Shared combine: the mean of the responders' gradients, scaled to the sum over all partitions."""
 
+    sums_messages = True
+
     def messages(self, partials, responders, plan: Plan) -> np.ndarray:
         return partials[np.asarray(responders)]   # worker i holds partition i alone
 
     def combine(self, messages, responders, plan: Plan) -> Combined:
-        messages = np.asarray(messages)
-        return Combined(messages.sum(axis=0) * (plan.k_parts / len(responders)), method="average")
+        return self.combine_sum(np.asarray(messages).sum(axis=0), responders, plan)
+
+    def combine_sum(self, total: np.ndarray, responders, plan: Plan) -> Combined:
+        """The estimate from the plain sum of the responders' messages: ``(k_parts / m) * total``."""
+        return Combined(total * (plan.k_parts / len(responders)), method="average")
 
 
 class Sync(_Averaging):
