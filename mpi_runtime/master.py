@@ -14,9 +14,9 @@ Iteration ``t``:
    ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
    non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
-   flushed once the next iteration's plans are out, or when the run ends). A
-   scheme whose combine is a scaled sum (``scheme.sums_messages``: the averaging schemes) has its messages added
-   up as they arrive, during the wait, and ``scheme.combine_sum`` finishes the estimate.
+   flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a scaled sum
+   (``scheme.sums_messages``: the averaging schemes) has its messages added up as they arrive, during the wait,
+   and ``scheme.combine_sum`` finishes the estimate.
 
 **Times.** ``start``/``end`` in the records are wall-clock seconds since the run start (after a barrier of all
 ranks) divided by ``time_scale``, i.e. in model time units, comparable with the simulator. ``start`` is when the
@@ -68,11 +68,9 @@ class Master:
         self.w = np.array(workload.init_params(), dtype=float)
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
-        # buffers written once here: the page faults of first use do not land in iteration 0
-        self.send_bufs = [np.empty(P.plan_size(capacity, d)) for _ in range(self.n)]
-        self.recv_bufs = [np.empty(P.RESULT_HEADER + self.length) for _ in range(self.n)]
-        for buf in self.send_bufs + self.recv_bufs:
-            buf.fill(0.0)
+        # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
+        self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
+        self.recv_bufs = [np.full(P.RESULT_HEADER + self.length, 0.0) for _ in range(self.n)]
         self.total = np.zeros(self.length) if scheme.sums_messages else None   # running sum of the messages
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
