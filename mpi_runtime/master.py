@@ -130,7 +130,7 @@ class Master:
         start = self.start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
-        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "late_sent": 0, "computed": 0.0}
+        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
         free = self.expected_free.copy()
         idle = np.flatnonzero(self.busy < 0)
         for i in idle:
