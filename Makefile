@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # One BLAS thread: small solves on a shared 2-core machine stall for milliseconds with two.
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

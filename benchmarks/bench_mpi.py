@@ -28,54 +28,39 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import tomli_w
 
-from mpi_runtime.launch import command, environment, find_mpiexec, mpi_flavor  # noqa: E402
+from mpi_runtime.launch import prepare
+
+ROOT = Path(__file__).resolve().parent.parent
 
 N = 8
 SCHEMES = {
-    "sync": 'name = "sync"',
-    "fastest_k": 'name = "fastest_k"\nk = 6',
-    "backup": 'name = "backup"\nb = 2',
-    "adaptive_k": 'name = "adaptive_k"\nk0 = 4\nburn_in = 5',
-    "adaptive_k_load": 'name = "adaptive_k_load"\nbatch = 8\nburn_in = 5',
-    "coded": 'name = "coded"\ncode = "cyclic_repetition"\ns = 2',
-    "dropcompute": 'name = "dropcompute"\nM = 4\nwarmup = 3\nrecord_steps = 8',
+    "sync": {"name": "sync"},
+    "fastest_k": {"name": "fastest_k", "k": 6},
+    "backup": {"name": "backup", "b": 2},
+    "adaptive_k": {"name": "adaptive_k", "k0": 4, "burn_in": 5},
+    "adaptive_k_load": {"name": "adaptive_k_load", "batch": 8, "burn_in": 5},
+    "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
+    "dropcompute": {"name": "dropcompute", "M": 4, "warmup": 3, "record_steps": 8},
 }
 
 
-def spec_text(scheme: str, iterations: int) -> str:
-    return f"""[cluster]
-workers = {N}
-[workload]
-name = "least_squares"
-n_samples = 64
-dim = 100000
-[delay]
-name = "shifted_exponential"
-a = 3.0
-mu = 0.5
-[scheme]
-{SCHEMES[scheme]}
-[run]
-iterations = {iterations}
-seed = 0
-time_scale = 0.01
-loss_every = {iterations}
-grace = 30
-"""
+def spec(scheme: str, iterations: int) -> dict:
+    return {"cluster": {"workers": N},
+            "workload": {"name": "least_squares", "n_samples": 64, "dim": 100000},
+            "delay": {"name": "shifted_exponential", "a": 3.0, "mu": 0.5},
+            "scheme": SCHEMES[scheme],
+            "run": {"iterations": iterations, "seed": 0, "time_scale": 0.01, "loss_every": iterations, "grace": 30}}
 
 
 def run(scheme: str, iterations: int, folder: Path) -> dict:
-    spec = folder / f"{scheme}.toml"
-    spec.write_text(spec_text(scheme, iterations))
+    path = folder / f"{scheme}.toml"
+    path.write_text(tomli_w.dumps(spec(scheme, iterations)))
     out = folder / scheme
-    exe = find_mpiexec()
-    flavor = mpi_flavor(exe)
-    cmd = command(spec, out, N + 1, mpiexec=exe, flavor=flavor)
+    cmd, env, _ = prepare(path, out, N + 1)
     wall = time.perf_counter()
-    proc = subprocess.run(cmd, env=environment(flavor), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - wall
     if proc.returncode != 0:
         raise RuntimeError(f"{scheme}: job failed ({proc.returncode}):\n{proc.stderr}")

@@ -63,12 +63,24 @@ def run(name: str, params: dict, wl, budget: float, seed: int, n: int = N) -> li
     return res.records
 
 
+def at_grid(records: list[dict], values, grid: np.ndarray, before: float = np.nan) -> np.ndarray:
+    """``values[j]`` (one per record) as a step function of time, read at each grid time: the value of the last
+    record that ended by then, ``before`` ahead of the first."""
+    ends = np.array([r["end"] for r in records])
+    idx = np.searchsorted(ends, grid, side="right") - 1
+    return np.where(idx >= 0, np.asarray(values)[np.maximum(idx, 0)], before)
+
+
 def curve(records: list[dict], optimal: float, grid: np.ndarray) -> np.ndarray:
     """Error (loss - optimal) of the model in force at each grid time (step function of the records)."""
-    ends = np.array([r["end"] for r in records])
-    gaps = np.array([r["loss"] for r in records]) - optimal
-    idx = np.searchsorted(ends, grid, side="right") - 1
-    return np.where(idx >= 0, gaps[np.maximum(idx, 0)], np.nan)
+    return at_grid(records, np.array([r["loss"] for r in records]) - optimal, grid)
+
+
+def mark_switches(ax, res: dict, color: str) -> None:
+    """Triangles on the error curve where seed 0's adaptive scheme switched (k or stage)."""
+    for t, _ in switches(res["runs"][0]):
+        j = min(len(res["grid"]) - 1, int(np.searchsorted(res["grid"], t)))
+        ax.plot(t, res["error"][j], "v", color=color, ms=4)
 
 
 def smooth(y: np.ndarray, width: int) -> np.ndarray:
@@ -127,9 +139,7 @@ def plot(results: dict, out, name: str, title: str) -> Path:
     for i, (label, res) in enumerate(results.items()):
         ax.plot(res["grid"], res["error"], color=f"C{i}", label=label, lw=2 if "adaptive" in label else 1.2)
         if "adaptive" in label:
-            for t, _k in switches(res["runs"][0]):
-                j = min(len(res["grid"]) - 1, int(np.searchsorted(res["grid"], t)))
-                ax.plot(t, res["error"][j], "v", color=f"C{i}", ms=4)
+            mark_switches(ax, res, f"C{i}")
             ax.plot([], [], "v", color=f"C{i}", ms=4, label=f"{label}: k switched (seed 0)")
     ax.set_yscale("log")
     ax.set_xlabel("virtual time")

@@ -26,7 +26,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from _common import parse_args, save_figure, table, write_report  # noqa: E402
-from adaptive_k import BATCH, N, adaptive_schemes, compare, first_time_below, fixed_schemes, switches  # noqa: E402
+from adaptive_k import (  # noqa: E402
+    BATCH,
+    N,
+    adaptive_schemes,
+    at_grid,
+    compare,
+    first_time_below,
+    fixed_schemes,
+    mark_switches,
+)
 
 NAME = "adaptive_k_load"
 
@@ -38,12 +47,9 @@ def load_schemes() -> dict[str, tuple[str, dict]]:
 def cumulative_work(results: dict) -> None:
     """Add ``work`` (samples computed so far, mean over seeds) on each scheme's grid."""
     for res in results.values():
-        per_seed = []
-        for records in res["runs"]:
-            ends = np.array([r["end"] for r in records])
-            done = np.cumsum([r["computed"] for r in records]) * BATCH   # one load unit = BATCH samples
-            idx = np.searchsorted(ends, res["grid"], side="right") - 1
-            per_seed.append(np.where(idx >= 0, done[np.maximum(idx, 0)], 0.0))
+        # one load unit = BATCH samples
+        per_seed = [at_grid(records, np.cumsum([r["computed"] for r in records]) * BATCH, res["grid"], 0.0)
+                    for records in res["runs"]]
         res["work"] = np.mean(per_seed, axis=0)
         res["messages"] = float(np.mean([sum(r["messages"] for r in recs) for recs in res["runs"]]))
 
@@ -69,9 +75,7 @@ def plot(results: dict, out) -> Path:
         axes[0].plot(res["grid"], res["error"], color=f"C{i}", lw=lw, label=label)
         axes[1].plot(res["work"], res["error"], color=f"C{i}", lw=lw, label=label)
         if "adaptive" in label:
-            for t, _ in switches(res["runs"][0]):
-                j = min(len(res["grid"]) - 1, int(np.searchsorted(res["grid"], t)))
-                axes[0].plot(t, res["error"][j], "v", color=f"C{i}", ms=4)
+            mark_switches(axes[0], res, f"C{i}")
     axes[0].set_xlabel("virtual time (triangles: k or stage switched, seed 0)")
     axes[1].set_xlabel("samples computed by all workers (incl. wasted)")
     for ax in axes:

@@ -119,8 +119,8 @@ def sweep(Ns, iterations: int, n_taus: int, seed: int = 1) -> list[dict]:
         for check in CHECKS:
             tau, speedup, drop = best_tau(steps, check, taus)
             a_tau, a_speedup, a_drop = auto_tau(micro, comm, check)
-            rows.append({"N": N, "check": check, "speedup": speedup, "drop": drop, "tau_ratio": tau / (M * 1.5),
-                         "auto_speedup": a_speedup, "auto_drop": a_drop, "auto_tau_ratio": a_tau / (M * 1.5),
+            rows.append({"N": N, "check": check, "speedup": speedup, "drop": drop, "tau_ratio": tau / (M * MEAN_MICRO),
+                         "auto_speedup": a_speedup, "auto_drop": a_drop, "auto_tau_ratio": a_tau / (M * MEAN_MICRO),
                          "theory": theory(N)})
     return rows
 

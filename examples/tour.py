@@ -83,23 +83,22 @@ def lesson_code(say) -> dict:
             "fallback_residual": approx.residual}
 
 
-def timeline(records: list[dict], delay, seed: int, width: int = 60) -> list[str]:
-    """One text bar per worker per iteration: '#' busy on a message that was used, 'x' busy on a message that was
-    thrown away (wasted), '.' idle (waiting for the iteration to end)."""
+def timeline(records: list[dict], width: int = 60) -> list[str]:
+    """One text bar per worker per iteration, from the records' ``busy`` spans: '#' busy on a message that was
+    used, 'x' busy on a message that was thrown away (wasted), '.' idle (waiting for the iteration to end)."""
     t_end = records[-1]["end"]
     scale = width / t_end
     lines = []
     for rec in records:
         start, end = rec["start"], rec["end"]
-        compute, comm = delay.sample(seed, rec["iteration"], N, np.array(rec["load"]))
         lines.append(f"iteration {rec['iteration']}: {start:6.2f} -> {end:6.2f}, used workers {rec['responders']}")
         for i in range(N):
-            busy = compute[0, i] + comm[0, i]
+            arrive = rec["busy"][i][1]
             used = i in rec["responders"]
-            a, b = int(start * scale), int(min(start + busy, end) * scale)
+            a, b = int(start * scale), int(min(arrive, end) * scale)
             mark = "#" if used else "x"
             bar = " " * a + mark * max(1, b - a) + "." * max(0, int(end * scale) - max(b, a + 1))
-            late = "" if used else f"  (late by {start + busy - end:.2f}: its work is wasted)"
+            late = "" if used else f"  (late by {arrive - end:.2f}: its work is wasted)"
             lines.append(f"  w{i} |{bar:<{width}}|{late}")
     return lines
 
@@ -116,7 +115,7 @@ def lesson_run(say) -> dict:
                           ("coded cyclic_repetition s=2", make_scheme("coded", n=N, code="cyclic_repetition", s=S))]:
         res = simulate(scheme, delay, wl, iterations=5, seed=7, late_workers="abandon")
         say(f"## 6. {label}: 5 iterations ('#' used, 'x' wasted, '.' waiting)")
-        say("```\n" + "\n".join(timeline(res.records, delay, seed=7)) + "\n```")
+        say("```\n" + "\n".join(timeline(res.records)) + "\n```")
         errs = [r["grad_error"] for r in res.records]
         say(f"- mean iteration time {res.summary['mean_iteration_time']:.2f}; relative gradient error per "
             f"iteration {np.round(errs, 3).tolist()}; work computed {res.summary['computed']:.0f} units "

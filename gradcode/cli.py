@@ -100,11 +100,7 @@ def _simulate(args) -> int:
 
 def _run(args) -> int:
     # mpi_runtime.launch only builds and runs the mpiexec command; nothing here imports mpi4py
-    try:
-        from mpi_runtime.launch import launch
-    except ModuleNotFoundError:   # an install that predates mpi_runtime: use the source tree next to gradcode/
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-        from mpi_runtime.launch import launch
+    from mpi_runtime.launch import launch
 
     return launch(args.spec, args.out, scheme=args.scheme, iterations=args.iterations, seed=args.seed,
                   hostfile=args.hostfile, mpiexec=args.mpiexec, timeout=args.timeout)

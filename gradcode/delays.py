@@ -273,6 +273,10 @@ class DelayModel:
             return np.where(y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0)
         return (y >= self.comm).astype(float)
 
+    def _exp_comm_sf(self, y: np.ndarray) -> np.ndarray:
+        """``P(C > y)`` for exponential communication ``C`` of mean ``self.comm``."""
+        return np.where(y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0)
+
     def _convolve_exp_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
         """``E_U[kernel(x - load * U)]`` over the unit time's atoms: the CDF (or survival function) of
         ``load * U + C`` for exponential ``C``, whose own CDF (survival function) is ``kernel``."""
@@ -291,8 +295,7 @@ class DelayModel:
         if self.comm_dist == "exponential" and self.comm > 0:
             if load == 0:
                 return self._comm_cdf(x)
-            return self._convolve_exp_comm(x, load, lambda y: np.where(
-                y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0))
+            return self._convolve_exp_comm(x, load, self._comm_cdf)
         y = x - self.comm
         if load == 0:
             return (y >= 0).astype(float)
@@ -304,9 +307,8 @@ class DelayModel:
         x = np.asarray(x, dtype=float)
         if self.comm_dist == "exponential" and self.comm > 0:
             if load == 0:
-                return np.where(x > 0, np.exp(-np.maximum(x, 0.0) / self.comm), 1.0)
-            return self._convolve_exp_comm(x, load, lambda y: np.where(
-                y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0))
+                return self._exp_comm_sf(x)
+            return self._convolve_exp_comm(x, load, self._exp_comm_sf)
         y = x - self.comm
         if load == 0:
             return (y < 0).astype(float)

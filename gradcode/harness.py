@@ -41,7 +41,7 @@ from typing import Any
 import tomli_w
 
 from .errors import ConfigError, GradcodeError
-from .spec import Spec, build, load_spec, run_kwargs
+from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs
 
 QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
 MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
@@ -129,14 +129,14 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
     """
     spec = load_spec(default_spec_path() if source is None else source)
     kind = cluster or spec.cluster.get("kind", "sim")
-    if kind not in ("sim", "mpi", "both"):
-        raise ConfigError(f"--cluster must be one of sim, mpi, both, got {kind!r}")
+    if kind not in CLUSTER_KINDS:
+        raise ConfigError(f"--cluster must be one of {', '.join(CLUSTER_KINDS)}, got {kind!r}")
     scheme_labels = [scheme_label(t) for t in spec.schemes]
     delay_labels = [delay_label(t) for t in spec.delays]
     _unique(scheme_labels, "[[schemes]]")
     _unique(delay_labels, "[[delays]]")
     for idx in range(1, len(spec.delays)):   # every scheme under every delay model, before any work
-        _build_under(spec, spec.delays[idx], delay_labels[idx])
+        _build_under(spec, idx, delay_labels[idx])
     seeds = seeds_of(spec)[:1] if quick else seeds_of(spec)
     clusters = ["sim", "mpi"] if kind == "both" else [kind]
     notes: list[str] = []
@@ -147,24 +147,19 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
             clusters = ["sim"]
     name = str(spec.raw.get("experiment", {}).get("name", "experiment"))
     delays = range(1 if quick else len(spec.delays))   # --quick: the first delay model only
-    runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick)
+    units = _units(spec)
+    runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick, units[si])
             for c in clusters for di in delays for si in range(len(spec.schemes)) for seed in seeds]
     return Experiment(name=name, spec=spec, clusters=clusters, runs=runs, notes=notes, quick=quick)
 
 
-def _build_under(spec: Spec, delay: dict, label: str) -> None:
-    other = Spec(workers=spec.workers, workload=spec.workload, delay=_unlabelled(delay), schemes=spec.schemes,
-                 run=spec.run, cluster=spec.cluster, raw=spec.raw)
+def _build_under(spec: Spec, delay_index: int, label: str) -> None:
     try:
-        schemes, built_delay, _ = build(other)
+        schemes, delay, _ = build(spec, delay_index=delay_index)
         for scheme in schemes:
-            scheme.bind(delay=built_delay)
+            scheme.bind(delay=delay)
     except ConfigError as err:
         raise ConfigError(f"[[delays]] {label!r}: {err}") from None
-
-
-def _unlabelled(table: dict) -> dict:
-    return {k: v for k, v in table.items() if k != "label"}
 
 
 def _slug(text: str) -> str:
@@ -172,7 +167,7 @@ def _slug(text: str) -> str:
 
 
 def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: list[str],
-          scheme_labels: list[str], quick: bool) -> RunPlan:
+          scheme_labels: list[str], quick: bool, units: dict[str, Any]) -> RunPlan:
     run = {k: v for k, v in spec.run.items() if k not in ("seeds", "seed")}
     run["seed"] = seed
     if quick:
@@ -190,57 +185,38 @@ def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: l
     meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
             "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,
             "workers": spec.workers, "target_loss": run.get("target_loss"), "time_scale": run.get("time_scale"),
-            **_units(single)}
+            **units}
     return RunPlan(run_id=run_id, spec=single, meta=meta)
 
 
-def _units(single: dict) -> dict[str, Any]:
-    """Constants that turn records into samples and bytes: samples per load unit, floats per message, d."""
-    spec = load_spec(single)
-    (scheme,), delay, workload = build(spec)
-    scheme.bind(delay=delay)
-    plan = scheme.plan(0)
+def _units(spec: Spec) -> list[dict[str, Any]]:
+    """Per scheme, the constants that turn records into samples and bytes: samples per load unit, floats per
+    message, d. They depend on the scheme alone (not on the delay model, seed or cluster): built once."""
+    schemes, delay, workload = build(spec)
     d = None if workload is None else int(workload.dim)
-    per_unit = scheme.samples_per_unit
-    if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
-        per_unit = workload.n_samples / plan.k_parts
-    floats = None if d is None else scheme.message_size(d)
-    return {"dim": d, "samples_per_unit": per_unit, "message_floats": floats}
+    out = []
+    for scheme in schemes:
+        scheme.bind(delay=delay)
+        per_unit = scheme.samples_per_unit
+        if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
+            per_unit = workload.n_samples / scheme.plan(0).k_parts
+        out.append({"dim": d, "samples_per_unit": per_unit,
+                    "message_floats": None if d is None else scheme.message_size(d)})
+    return out
 
 
 # --- MPI ------------------------------------------------------------------------------------------------------
-def mpi_launcher(workers: int) -> tuple[list[str] | None, str]:
-    """The command prefix that runs one single-run spec on the MPI cluster, or ``None`` and why not.
-
-    ``gradcode run SPEC --out DIR`` when the CLI has it; otherwise, with mpi4py, ``mpi_runtime`` and ``mpiexec``
-    present, ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC --out DIR`` (what ``gradcode run`` wraps).
-    """
-    if importlib.util.find_spec("mpi4py") is None:
-        return None, "mpi4py is not installed (pip install gradcode[mpi])"
-    if _has_run_subcommand():
-        return [sys.executable, "-m", "gradcode", "run"], "`gradcode run`"
-    if importlib.util.find_spec("mpi_runtime") is None:
-        return None, "neither the `gradcode run` subcommand nor the mpi_runtime package is available"
-    mpiexec = shutil.which("mpiexec") or str(Path(sys.executable).parent / "mpiexec")
-    if not Path(mpiexec).is_file():
-        return None, "mpiexec was not found (install mpich or openmpi)"
-    return [mpiexec, "-n", str(workers + 1), sys.executable, "-m", "mpi4py", "-m", "mpi_runtime"], \
-        "mpiexec + mpi_runtime (`gradcode run` not available)"
-
-
-def _has_run_subcommand() -> bool:
-    try:
-        probe = subprocess.run([sys.executable, "-m", "gradcode", "run", "--help"], capture_output=True,
-                               text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return probe.returncode == 0
-
-
 def mpi_status() -> tuple[bool, str]:
-    """Whether MPI runs are possible here, and how they are launched (or why not)."""
-    cmd, reason = mpi_launcher(1)
-    return cmd is not None, reason
+    """Whether MPI runs are possible here (mpi4py and an ``mpiexec``), and how they are launched (or why not)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return False, "mpi4py is not installed (pip install gradcode[mpi])"
+    from mpi_runtime.launch import find_mpiexec
+
+    try:
+        find_mpiexec()
+    except ConfigError as err:
+        return False, str(err)
+    return True, "`gradcode run`"
 
 
 # --- running --------------------------------------------------------------------------------------------------
@@ -290,15 +266,13 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
 
 
 def _run_mpi(run: RunPlan, folder: Path) -> int:
-    prefix, reason = mpi_launcher(run.meta["workers"])
-    if prefix is None:
-        raise HarnessError(f"{run.run_id}: MPI is not available: {reason}")
-    cmd = prefix + [str(folder / "spec.toml"), "--out", str(folder)]
+    # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included
+    cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder),
+           "--timeout", str(MPI_TIMEOUT)]
     with open(folder / "mpi.log", "w") as log:
-        try:
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=MPI_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s") from None
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode == 124:
+        raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s")
     records = folder / "records.jsonl"
     if proc.returncode != 0 or not records.is_file():
         raise HarnessError(f"{run.run_id}: `{' '.join(cmd)}` failed (exit {proc.returncode}); see "
@@ -330,9 +304,8 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
     write_experiment(exp, out, text)
     failures = _execute_all(exp, out / "runs", progress)
     if failures:
-        info = json.loads((out / "experiment.json").read_text())
-        info["notes"] = exp.notes + [f"run failed: {msg}" for msg in failures]
-        (out / "experiment.json").write_text(json.dumps(info, indent=2) + "\n")
+        exp.notes += [f"run failed: {msg}" for msg in failures]
+        write_experiment(exp, out, None)
     build_report(out)
     return out
 

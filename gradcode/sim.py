@@ -109,19 +109,37 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     records: list[dict[str, Any]] = []
     bar = _progress(progress, iterations)
     for t in range(iterations):
-        rec = run.step(t, with_loss=(t % loss_every == 0 or t == iterations - 1))
+        rec = run.step(t, with_loss=evaluates_loss(t, iterations, loss_every))
         records.append(rec)
         if on_record is not None:
             on_record(rec)
         if bar is not None:
             bar.update(1)
-        if rec["end"] >= budget or (target_loss is not None and rec["loss"] is not None
-                                    and rec["loss"] <= target_loss):
+        if run_finished(rec, target_loss, budget):
             break
     if bar is not None:
         bar.close()
     summary = summarize(records, target_loss=target_loss)
     return SimResult(records, summary, params=run.w)
+
+
+def evaluates_loss(t: int, iterations: int, loss_every: int) -> bool:
+    """Is the full loss evaluated after iteration ``t``? Every ``loss_every``-th iteration and the last (both
+    clusters use this rule, so their records have losses at the same iterations)."""
+    return t % loss_every == 0 or t == iterations - 1
+
+
+def run_finished(rec: dict[str, Any], target_loss: float | None, time_budget: float | None) -> bool:
+    """Does the run stop after this record: time budget spent, or target loss reached? (Both clusters.)"""
+    if time_budget is not None and rec["end"] >= time_budget:
+        return True
+    return target_loss is not None and rec["loss"] is not None and rec["loss"] <= target_loss
+
+
+def relative_error(estimate: np.ndarray, truth: np.ndarray) -> float:
+    """``||estimate - truth|| / ||truth||`` (0 when the truth is 0): the records' ``grad_error``."""
+    norm = np.linalg.norm(truth)
+    return float(np.linalg.norm(estimate - truth) / norm) if norm > 0 else 0.0
 
 
 def _progress(enabled: bool, total: int):
@@ -249,8 +267,7 @@ class _Run:
         return combined
 
     def _apply(self, estimate: np.ndarray, truth: np.ndarray) -> None:
-        norm = np.linalg.norm(truth)
-        self._grad_error = float(np.linalg.norm(estimate - truth) / norm) if norm > 0 else 0.0
+        self._grad_error = relative_error(estimate, truth)
         self.w = self.w - self.lr * estimate
 
     # --- decentralized (All-Reduce) schemes ------------------------------------------------------------------

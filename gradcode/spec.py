@@ -105,7 +105,7 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     _check_keys(_table(raw, "experiment"), EXPERIMENT_KEYS, "[experiment]")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
-    _check_run(run)
+    check_run(run)
     if "scheme" in raw and "schemes" in raw:
         raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
     if "scheme" in raw:
@@ -153,7 +153,7 @@ def _check_other_delays(spec: Spec) -> None:
             raise ConfigError(f"[[delays]] {idx}: {err}") from None
 
 
-def _check_run(run: dict) -> None:
+def check_run(run: dict) -> None:
     """Types of the [run] keys that a comparison relies on (the factories check the rest)."""
     from .errors import check_float, check_int
 
@@ -202,15 +202,16 @@ def _named(table: dict, where: str) -> tuple[str, dict]:
     return params.pop("name"), params
 
 
-def build(spec: Spec, *, scheme_index: int | None = None):
-    """Construct ``(schemes, delay, workload)`` from a spec, each error prefixed with its table."""
+def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
+    """Construct ``(schemes, delay, workload)`` from a spec, each error prefixed with its table; ``delay_index``
+    picks one of several ``[[delays]]`` (default the first, ``spec.delay``)."""
     from .delays import make_delay
     from .schemes import make_scheme
     from .workloads import make_workload
 
     n = spec.workers
     try:
-        delay = make_delay(spec.delay)
+        delay = make_delay(spec.delay if delay_index == 0 else _unlabelled(spec.delays[delay_index]))
     except ConfigError as err:
         raise ConfigError(f"[delay] {err}") from None
     workload = None

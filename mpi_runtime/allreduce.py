@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.sim import _jsonable, summarize
+from gradcode.sim import _jsonable, relative_error, summarize
 
 from . import protocol as P
 from .config import RunConfig
@@ -123,7 +123,7 @@ class Decentralized:
             rec = self._record(t, plan, start, end, micro, comm, combined, grad_error)
             fh.write(json.dumps(rec, default=_jsonable) + "\n")
             fh.flush()
-            stop = self._finished(rec)
+            stop = self.cfg.finished(rec)
         if self.cfg.target_loss is not None or self.cfg.time_budget is not None:
             flag = np.array([1.0 if stop else 0.0])
             self._wait(self.comm.Ibcast(flag, root=0), t)
@@ -157,13 +157,13 @@ class Decentralized:
             stop = self._stop_inside(elapsed, length, tau)
             if stop is not None:
                 elapsed = stop
-                _sleep_until(begin + elapsed)
+                P.sleep_until(begin + elapsed)
                 break
             elapsed += length
-            _sleep_until(begin + elapsed)
+            P.sleep_until(begin + elapsed)
             self.send[:self.d] += g
             count += 1
-        _sleep_until(begin + elapsed + comm * self.scale)
+        P.sleep_until(begin + elapsed + comm * self.scale)
         self.faults.maybe_poison(t, self.send[:self.d])
         bad = not np.all(np.isfinite(self.send[:self.d]))
         if bad:
@@ -186,12 +186,10 @@ class Decentralized:
 
     # --- rank 0 ---------------------------------------------------------------------------------------------
     def _grad_error(self, t: int, plan, g: np.ndarray) -> float | None:
-        if not (t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1):
+        if not self.cfg.evaluates_loss(t):
             return None
         k = plan.k_parts
-        truth = self.workload.gradients(self.w, t, range(k), k, plan.batch).sum(axis=0)
-        norm = np.linalg.norm(truth)
-        return float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
+        return relative_error(g, self.workload.gradients(self.w, t, range(k), k, plan.batch).sum(axis=0))
 
     def _record(self, t, plan, start, end, micro, comm, combined, grad_error) -> dict:
         workers = self.rows[1:]
@@ -201,7 +199,6 @@ class Decentralized:
         for i in erasures:
             print(f"mpi_runtime: rank 0: step {t}: worker {i} (rank {i + 1}) computed non-finite values; "
                   "treated as an erasure", file=sys.stderr, flush=True)
-        with_loss = t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1
         rec = {
             "scheme": self.scheme.name, "iteration": t, "start": start, "end": end,
             "ideal_end": start + float(np.max(ctime + comm)),
@@ -212,17 +209,11 @@ class Decentralized:
             "grad_error": grad_error,
         }
         rec.update(self.scheme.record())
-        rec["loss"] = float(self.workload.loss(self.w)) if with_loss else None
+        rec["loss"] = float(self.workload.loss(self.w)) if self.cfg.evaluates_loss(t) else None
         rec.update(erasures=erasures, overruns=[int(i) for i in np.flatnonzero(workers[:, 2])],
                    compute_times=[float(x) for x in workers[:, 1]])
         self.records.append(rec)
         return rec
-
-    def _finished(self, rec: dict) -> bool:
-        cfg = self.cfg
-        if cfg.time_budget is not None and rec["end"] >= cfg.time_budget:
-            return True
-        return cfg.target_loss is not None and rec["loss"] is not None and rec["loss"] <= cfg.target_loss
 
     def write_summary(self, error: str | None = None) -> None:
         summary = summarize(self.records)
@@ -235,12 +226,3 @@ class Decentralized:
         if error is not None:
             summary["error"] = error
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
-
-
-def _sleep_until(deadline: float) -> None:
-    """Sleep until the wall time ``deadline`` (time.time, common to the ranks of one host)."""
-    while True:
-        left = deadline - time.time()
-        if left <= 0:
-            return
-        time.sleep(min(left, 1e-3))

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gradcode.errors import ConfigError, check_float, check_int
-from gradcode.spec import Spec, build, load_spec, run_kwargs
+from gradcode.sim import evaluates_loss, run_finished
+from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
 DEFAULT_GRACE = 10.0        # seconds
@@ -41,6 +42,14 @@ class RunConfig:
     def workers(self) -> int:
         return self.spec.workers
 
+    def evaluates_loss(self, t: int) -> bool:
+        """Is the loss evaluated for the record of iteration ``t``? (The simulator's rule.)"""
+        return evaluates_loss(t, self.iterations, self.loss_every)
+
+    def finished(self, rec: dict) -> bool:
+        """Does the run stop after this record? (The simulator's rule.)"""
+        return run_finished(rec, self.target_loss, self.time_budget)
+
     def build(self):
         """``(scheme, delay, workload)``, freshly built (every rank does this; it is deterministic)."""
         schemes, delay, workload = build(self.spec, scheme_index=self.scheme_index)
@@ -54,14 +63,9 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
              ) -> RunConfig:
     """Load and validate a spec for an MPI run; raises :class:`ConfigError` naming the key on bad input."""
     spec = load_spec(source)
-    for key, value in (overrides or {}).items():
-        if key == "workers":
-            spec.workers = value
-            spec.cluster["workers"] = value
-        else:
-            spec.run[key] = value
+    spec.run.update(overrides or {})     # [run] keys from the command line (iterations, seed)
     if overrides:
-        build(spec)   # re-check what the overrides changed
+        check_run(spec.run)   # re-check what the overrides changed
     if not 0 <= scheme_index < len(spec.schemes):
         raise ConfigError(f"--scheme {scheme_index}: the spec has {len(spec.schemes)} scheme(s), "
                           f"0..{len(spec.schemes) - 1}")
@@ -80,8 +84,7 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
     lr = kwargs.get("lr")
     return RunConfig(
         spec=spec, scheme_index=scheme_index,
-        iterations=check_int("[run] iterations", kwargs.get("iterations", 100), low=1),
-        seed=check_int("[run] seed", kwargs.get("seed", 0), low=0),
+        iterations=kwargs.get("iterations", 100), seed=kwargs.get("seed", 0),   # checked by load_spec / check_run
         lr=None if lr is None else check_float("[run] lr", lr, low=0.0),
         loss_every=check_int("[run] loss_every", kwargs.get("loss_every", 1), low=1),
         target_loss=kwargs.get("target_loss"),

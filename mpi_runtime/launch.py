@@ -95,19 +95,25 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
     return cmd + list(extra or [])
 
 
+def prepare(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str | None = None,
+            hostfile: str | None = None, extra: list[str] | None = None) -> tuple[list[str], dict[str, str], str]:
+    """``(command, environment, flavor)`` of a job: the launcher found, its flavour, the command line for it."""
+    exe = find_mpiexec(mpiexec)
+    flavor = mpi_flavor(exe)
+    cmd = command(spec, out, ranks, mpiexec=exe, flavor=flavor, hostfile=hostfile, extra=extra)
+    return cmd, environment(flavor), flavor
+
+
 def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: int | None = None,
            seed: int | None = None, hostfile: str | None = None, mpiexec: str | None = None,
            timeout: float | None = None, echo=print) -> int:
     """Validate the spec (a :class:`ConfigError` before anything starts), then run the job; its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
-    exe = find_mpiexec(mpiexec)
-    flavor = mpi_flavor(exe)
     extra = ["--scheme", str(scheme)]
     for key, value in overrides.items():
         extra += [f"--{key}", str(value)]
-    cmd = command(spec, out, cfg.workers + 1, mpiexec=exe, flavor=flavor, hostfile=hostfile, extra=extra)
-    env = environment(flavor)
+    cmd, env, flavor = prepare(spec, out, cfg.workers + 1, mpiexec=mpiexec, hostfile=hostfile, extra=extra)
     shown = {k: env[k] for k in sorted(env) if k.startswith(("MPIR_", "OMPI_", "OPENBLAS", "PYTHONPATH"))}
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.sim import _jsonable, _Run, summarize
+from gradcode.sim import _jsonable, _Run, relative_error, summarize
 
 from . import protocol as P
 from .config import RunConfig
@@ -75,7 +75,8 @@ class Master:
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
-        # when each worker would be free with zero overhead: the begin of the plan it holds + its emulated time
+        # when each worker would be free with zero overhead: the begin of the plan it holds + its emulated time, in
+        # wall-clock seconds like the workers' own schedule (the master's model clock stops during evaluations)
         self.expected_free = np.zeros(self.n)
         self.shadow = _Run(scheme, delay, None, cfg.seed, 0.0, "finish")   # the simulator's own clock arithmetic
         self.out = out
@@ -100,7 +101,7 @@ class Master:
         with open(self.out / "records.jsonl", "w") as self.records_file:
             try:
                 for t in range(self.cfg.iterations):
-                    if self._finished(self.step(t)):
+                    if self.cfg.finished(self.step(t)):
                         break
             except RunFailure as err:
                 error = str(err)
@@ -119,19 +120,14 @@ class Master:
             return 3
         return 0
 
-    def _finished(self, rec: dict) -> bool:
-        cfg = self.cfg
-        if cfg.time_budget is not None and rec["end"] >= cfg.time_budget:
-            return True
-        return cfg.target_loss is not None and rec["loss"] is not None and rec["loss"] <= cfg.target_loss
-
     def step(self, t: int) -> dict[str, Any]:
         plan = self.scheme.plan(t)
-        start = self.start = self.now()
+        start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
-        free = self.expected_free.copy()
+        # in model units from this start; an idle worker's answer is in, so it was free by now
+        free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         idle = np.flatnonzero(self.busy < 0)
         for i in idle:
             self._send_plan(int(i), t, plan)
@@ -139,7 +135,7 @@ class Master:
         # while the workers compute, off the critical path: their emulated times, and the ideal
         compute, comm = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
         self.emulated = compute[0] + comm[0]     # each worker's response time this iteration (model units)
-        self.expected_free[idle] = start + self.emulated[idle]
+        self.expected_free[idle] = self.stamp + self.emulated[idle] * self.scale
         ideal = self._ideal(t, plan, start, free)
         self._write_record()
         responders = self._collect(t, plan, start, ideal["fallback"])
@@ -256,8 +252,8 @@ class Master:
             # a late answer to an older plan: drop it; the worker is free, so it takes the current plan now
             self.stats["stale"] += 1
             self._send_plan(i, t, plan)
-            sent = self.now() - (time.time() - hdr[5]) / self.scale     # when it sent this answer, model units
-            self.expected_free[i] = max(self.start, sent) + self.emulated[i]
+            # it begins when it sent this answer (worker.py), or at the stamp if that is later
+            self.expected_free[i] = max(self.stamp, hdr[5]) + self.emulated[i] * self.scale
             return False
         if hdr[4]:
             self.stats["overruns"].append(i)
@@ -306,10 +302,9 @@ class Master:
         """
         tick = time.perf_counter()
         loss = grad_error = None
-        if t % self.cfg.loss_every == 0 or t == self.cfg.iterations - 1:
+        if self.cfg.evaluates_loss(t):
             truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
-            norm = np.linalg.norm(truth)
-            grad_error = float(np.linalg.norm(g - truth) / norm) if norm > 0 else 0.0
+            grad_error = relative_error(g, truth)
             loss = float(self.workload.loss(self.w - self.lr * g))
         elapsed = time.perf_counter() - tick
         self.off_clock += elapsed

@@ -23,6 +23,7 @@ ones that work (REFERENCES section 6). Every wait here is ``Test`` + a short sle
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import time
 
@@ -95,6 +96,22 @@ def precise_sleep() -> None:
             ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)   # PR_SET_TIMERSLACK = 29
         except (OSError, AttributeError):
             pass
+
+
+def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -> bool:
+    """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host) in steps of at most
+    1 ms. If given, ``interrupted()`` is asked every ``check_every`` seconds; returns False as soon as it says
+    True, else True at the deadline."""
+    last_check = -math.inf
+    while True:
+        now = time.time()
+        if now >= deadline:
+            return True
+        if interrupted is not None and now - last_check >= check_every:
+            last_check = now
+            if interrupted():
+                return False
+        time.sleep(min(deadline - now, 1e-3))
 
 
 def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None) -> MPI.Status:

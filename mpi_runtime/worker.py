@@ -36,8 +36,6 @@ from . import protocol as P
 from .config import RunConfig
 from .faults import Faults
 
-STOP_PROBE = 0.005   # seconds between checks for STOP while waiting out an emulated delay
-
 
 class Worker:
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int):
@@ -105,7 +103,7 @@ class Worker:
         hdr = self.result
         hdr[P.RESULT_HEADER:] = payload     # before the sleep: after it, only the header is left to write
         self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
-        if not self._sleep_until(begin + target):
+        if not P.sleep_until(begin + target, self._stop_came):
             return False
         hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
@@ -124,20 +122,12 @@ class Worker:
         compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
         return float(compute[0, self.i] + comm[0, self.i]) * self.cfg.time_scale
 
-    def _sleep_until(self, deadline: float) -> bool:
-        """Sleep until ``deadline`` (wall time), checking for STOP now and then. False if STOP came."""
-        status = MPI.Status()
-        last_probe = 0.0
-        while True:
-            now = time.time()
-            if now >= deadline:
-                return True
-            if now - last_probe >= STOP_PROBE:
-                last_probe = now
-                if self.comm.Iprobe(source=0, tag=P.CTRL_TAG, status=status):
-                    self._stop()
-                    return False
-            time.sleep(min(deadline - now, STOP_PROBE, 1e-3))
+    def _stop_came(self) -> bool:
+        """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""
+        if self.comm.Iprobe(source=0, tag=P.CTRL_TAG):
+            self._stop()
+            return True
+        return False
 
 
 def _hang() -> None:

@@ -12,21 +12,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 
+from gradcode.report import read_records
 from gradcode.sim import simulate
 from gradcode.spec import build, load_spec, run_kwargs
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))   # mpi_runtime from the source tree, even if the install predates it
-
-from mpi_runtime.launch import command, environment, find_mpiexec, mpi_flavor  # noqa: E402
+from mpi_runtime.launch import prepare
 
 SCALE = 0.02            # seconds per model time unit
 GAP = 1.5               # model units = 30 ms
@@ -34,26 +31,6 @@ TIMEOUT = 120
 
 WORKLOAD = {"name": "least_squares", "n_samples": 240, "dim": 8, "seed": 1}
 DELAY = {"name": "shifted_exponential", "a": 1.0, "mu": 0.1}
-
-
-def _toml(spec: dict) -> str:
-    """A tiny TOML writer for the nested dicts of scalars and lists used here."""
-    lines: list[str] = []
-
-    def table(prefix: str, body: dict) -> None:
-        lines.append(f"[{prefix}]")
-        subs = []
-        for key, value in body.items():
-            if isinstance(value, dict):
-                subs.append((key, value))
-            else:
-                lines.append(f"{key} = {json.dumps(value)}")
-        for key, value in subs:
-            table(f"{prefix}.{key}", value)
-
-    for name, body in spec.items():
-        table(name, body)
-    return "\n".join(lines) + "\n"
 
 
 def _spec(scheme: dict, *, n: int = 4, iterations: int = 10, seed: int = 0, delay: dict | None = None,
@@ -64,19 +41,18 @@ def _spec(scheme: dict, *, n: int = 4, iterations: int = 10, seed: int = 0, dela
 
 def _run_mpi(spec: dict, tmp_path: Path, *, env_extra: dict | None = None, timeout: float = TIMEOUT):
     path = tmp_path / "spec.toml"
-    path.write_text(_toml(spec))
+    path.write_text(tomli_w.dumps(spec))
     out = tmp_path / "out"
-    exe = find_mpiexec()
-    flavor = mpi_flavor(exe)
-    env = environment(flavor)
+    cmd, env, _ = prepare(path, out, spec["cluster"]["workers"] + 1)
     env.update(env_extra or {})
-    cmd = command(path, out, spec["cluster"]["workers"] + 1, mpiexec=exe, flavor=flavor)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     return proc, out
 
 
 def _records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records, whole = read_records(out / "records.jsonl")
+    assert whole, "a record line was cut"
+    return records
 
 
 def _simulated(spec: dict):
@@ -264,14 +240,13 @@ def test_nan_message_is_an_erasure(tmp_path):
 
 # --- the command line ---------------------------------------------------------------------------------------
 def _cli(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "gradcode", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "gradcode", *args], capture_output=True, text=True,
                           timeout=timeout)
 
 
 def test_gradcode_run_prints_command_and_writes_results(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text(_toml(_spec({"name": "sync"}, iterations=3)))
+    path.write_text(tomli_w.dumps(_spec({"name": "sync"}, iterations=3)))
     proc = _cli("run", str(path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     assert "-m mpi4py -m mpi_runtime" in proc.stdout and "mpiexec" in proc.stdout
@@ -281,12 +256,12 @@ def test_gradcode_run_prints_command_and_writes_results(tmp_path):
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
     path = tmp_path / "bad.toml"
     spec = _spec({"name": "fastest_k", "k": 9})
-    path.write_text(_toml(spec))
+    path.write_text(tomli_w.dumps(spec))
     proc = _cli("run", str(path), "--out", str(tmp_path / "o"), timeout=60)
     assert proc.returncode == 2
     assert "k" in proc.stderr and "mpiexec" not in proc.stdout
     spec = _spec({"name": "sync"})
     spec["run"]["time_scale"] = -1
-    path.write_text(_toml(spec))
+    path.write_text(tomli_w.dumps(spec))
     proc = _cli("run", str(path), "--out", str(tmp_path / "o"), timeout=60)
     assert proc.returncode == 2 and "time_scale" in proc.stderr

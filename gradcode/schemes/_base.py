@@ -16,6 +16,7 @@ cluster (``mpi_runtime``) drive the same objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -89,19 +90,18 @@ class Scheme:
     # --- 1. plan --------------------------------------------------------------------------------------------
     def plan(self, t: int) -> Plan:
         """One partition per worker, load 1: the plan of every uncoded master scheme."""
-        return Plan(t=t, parts=self._own_parts(), k_parts=self.n, load=self._unit_load(), batch=self.batch)
+        return Plan(t=t, parts=self._own_parts, k_parts=self.n, load=self._unit_load, batch=self.batch)
 
+    @cached_property
     def _own_parts(self) -> tuple[tuple[int, ...], ...]:
         """``((0,), (1,), ...)``: worker ``i`` computes partition ``i`` (built once: plans are made every iteration)."""
-        if getattr(self, "_parts_cache", None) is None:
-            self._parts_cache = tuple((i,) for i in range(self.n))
-        return self._parts_cache
+        return tuple((i,) for i in range(self.n))
 
+    @cached_property
     def _unit_load(self) -> np.ndarray:
-        if getattr(self, "_load_cache", None) is None:
-            self._load_cache = np.ones(self.n)
-            self._load_cache.setflags(write=False)
-        return self._load_cache
+        load = np.ones(self.n)
+        load.setflags(write=False)
+        return load
 
     # --- 2. encode ------------------------------------------------------------------------------------------
     def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
