@@ -51,7 +51,6 @@ from typing import ClassVar
 import numpy as np
 import scipy.special
 
-from ._params import check_params
 from .errors import ConfigError, check_float, check_int
 
 __all__ = [
@@ -1284,43 +1283,25 @@ class TraceDelay(DelayModel):
 # ------------------------------------------------------------------------------------------------------------
 # registry
 # ------------------------------------------------------------------------------------------------------------
-_REGISTRY: dict[str, type[DelayModel]] = {
-    cls.name: cls
-    for cls in (ShiftedExponentialDelay, ExponentialDelay, ParetoDelay, LognormalDelay, BimodalDelay,
-                ConstantDelay, PersistentDelay, MixtureDelay, UnresponsiveDelay, TraceDelay)
-}
-
-
 def list_delays() -> dict[str, str]:
     """Names of the delay models with a one-line description of each."""
-    return {name: cls.description for name, cls in _REGISTRY.items()}
+    from .registry import DELAYS
+
+    return DELAYS.list()
 
 
 def make_delay(name, **params) -> DelayModel:
-    """Build a delay model from a name and parameters, a ``{"name": ..., **params}`` dict, or return a model.
+    """Build a delay model from a name (or import path) and parameters, a ``{"name": ..., **params}`` dict, or
+    return a built model as is.
 
     Nested parameters (``base``, a mixture component's ``model``) accept the same three forms.
 
     >>> make_delay({"name": "persistent", "base": {"name": "exponential", "mu": 2.0}, "frac": 0.2}).name
     'persistent'
     """
-    if isinstance(name, DelayModel):
-        if params:
-            raise ConfigError(f"make_delay: parameters {sorted(params)} given with an already built model "
-                              f"{name!r}")
-        return name
-    if isinstance(name, dict):
-        spec = dict(name)
-        if "name" not in spec:
-            raise ConfigError(f"a delay spec dict needs a 'name' key (one of {', '.join(_REGISTRY)}), got "
-                              f"{sorted(spec)}")
-        name = spec.pop("name")
-        params = {**spec, **params}
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ConfigError(f"unknown delay model {name!r}; accepted: {', '.join(_REGISTRY)}")
-    cls = _REGISTRY[name]
-    check_params(cls, params, f"delay model {name!r}")
-    return cls(**params)
+    from .registry import DELAYS
+
+    return DELAYS.build(name, **params)
 
 
 def _nested(what: str, spec) -> DelayModel:

@@ -44,7 +44,6 @@ estimate of the full-batch one.
 
 from __future__ import annotations
 
-import inspect
 from typing import ClassVar
 
 import numpy as np
@@ -514,49 +513,23 @@ def _expit(z: np.ndarray) -> np.ndarray:
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-_REGISTRY: dict[str, type[Workload]] = {
-    cls.name: cls for cls in (LeastSquares, Logistic, SoftmaxDigits)
-}
-
-
 def list_workloads() -> dict[str, str]:
     """Names of the workloads with a one-line description of each."""
-    return {name: cls.description for name, cls in _REGISTRY.items()}
+    from .registry import WORKLOADS
+
+    return WORKLOADS.list()
 
 
-def make_workload(name: str | dict | Workload, **params) -> Workload:
-    """Build the workload registered as ``name`` with constructor ``params``.
-
-    ``name`` may also be a spec dict ``{"name": ..., **params}`` (keyword ``params`` override its entries) or
-    an already built :class:`Workload`, returned as is.
+def make_workload(name, **params) -> Workload:
+    """Build the workload ``name`` (a name, an import path or a ``{"name": ..., **params}`` dict; keyword ``params``
+    override its entries); a built :class:`Workload` is returned as is.
 
         >>> make_workload({"name": "least_squares", "dim": 3}, n_samples=50).dim
         3
     """
-    if isinstance(name, Workload):
-        if params:
-            raise ConfigError(
-                f"make_workload: parameters {sorted(params)} given with an already built workload"
-            )
-        return name
-    if isinstance(name, dict):
-        spec = dict(name)
-        if "name" not in spec:
-            raise ConfigError(f"workload spec {name!r} has no 'name'; accepted names: {', '.join(_REGISTRY)}")
-        name = spec.pop("name")
-        params = {**spec, **params}
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ConfigError(f"unknown workload {name!r}; accepted: {', '.join(_REGISTRY)}")
-    cls = _REGISTRY[name]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ConfigError(
-            f"{', '.join(map(repr, unknown))} "
-            f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} "
-            f"of workload {name!r}; accepted: {', '.join(accepted)}"
-        )
-    return cls(**params)
+    from .registry import WORKLOADS
+
+    return WORKLOADS.build(name, **params)
 
 
 __all__ = ["LeastSquares", "Logistic", "SoftmaxDigits", "Workload", "list_workloads", "make_workload"]

@@ -367,10 +367,10 @@ def _raises(match, fn, *args, **kwargs):
 
 def test_construction_errors():
     _raises(r"unknown workload 'nope'.*least_squares.*logistic.*softmax_digits", make_workload, "nope")
-    _raises(r"'foo' is not a parameter.*least_squares.*accepted: n_samples, dim, noise", make_workload,
+    _raises(r"least_squares.*unknown parameter 'foo'.*accepted: n_samples, dim, noise", make_workload,
             "least_squares", foo=1)
-    _raises(r"'bar', 'foo' are not parameters", make_workload, "logistic", foo=1, bar=2)
-    _raises(r"no 'name'", make_workload, {"dim": 3})
+    _raises(r"unknown parameters 'foo', 'bar'", make_workload, "logistic", foo=1, bar=2)
+    _raises(r"needs a 'name'", make_workload, {"dim": 3})
     _raises(r"already built", make_workload, make_workload("least_squares", dim=2), dim=3)
     _raises(r"dim must be >= 1", make_workload, "least_squares", dim=0)
     _raises(r"n_samples must be >= 1", make_workload, "logistic", n_samples=0)

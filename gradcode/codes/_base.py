@@ -38,7 +38,7 @@ class Decoding(NamedTuple):
     method: str
 
 
-class _Code:
+class Code:
     """Base class: subclasses set ``name``, ``description``, ``exact`` and implement ``_build(rng) -> B``."""
 
     name: ClassVar[str] = ""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, check_float
-from ._base import _Code
+from ._base import Code
 
 # --- random regular graphs (no networkx) --------------------------------------------------------------------
 
@@ -81,7 +81,7 @@ def _random_cycle_edges(v: int, rng: np.random.Generator) -> np.ndarray:
 # --- the codes ----------------------------------------------------------------------------------------------
 
 
-class Expander(_Code):
+class Expander(Code):
     """Expander code: ``B = A(G) / d``, ``G`` a random ``d``-regular graph on ``k = n`` vertices, d = s + 1.
 
     Worker ``i`` holds the partitions of its ``d`` neighbours in ``G``, so every partition is held by
@@ -138,7 +138,7 @@ def _graph_code_sizes(s: int, lo: int) -> int:
     return n
 
 
-class GraphCode(_Code):
+class GraphCode(Code):
     """Graph code: workers are the ``n`` edges of a random (s+1)-regular graph on ``k = 2n/(s+1)`` partitions.
 
     Worker ``e = (u, v)`` sends ``g_u + g_v`` (``B[e, u] = B[e, v] = 1``), so each partition is held by its
@@ -242,7 +242,7 @@ def _peel(order: list, parent: dict, demand: dict, weights: list) -> float:
     return demand[order[0]]
 
 
-class Bernoulli(_Code):
+class Bernoulli(Code):
     """Bernoulli code: ``B[i, j] ~ Bernoulli((s+1)/k)`` independently, coefficient 1, ``k = n``, seeded.
 
     Each partition is held by ``s + 1`` workers on average (possibly none). Optimal decoding is least squares;
@@ -266,7 +266,7 @@ class Bernoulli(_Code):
         return (rng.random((self.n, self.n)) < (self.s + 1) / self.n).astype(float)
 
 
-class Stochastic(_Code):
+class Stochastic(Code):
     """Stochastic gradient coding: each partition on ``s + 1`` distinct random workers, B = 1/((s+1)(1-p)).
 
     ``k = n``; ``p`` is the probability that a worker straggles (``0 <= p < 1``). If each worker responds
@@ -306,7 +306,7 @@ class Stochastic(_Code):
         return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k}, p={self.p}, seed={self.seed})"
 
 
-class ErasureHead(_Code):
+class ErasureHead(Code):
     """ErasureHead: the fractional-repetition layout, decoded by summing one message per covered group.
 
     Needs ``(s+1) | n``; ``k = n``. Workers ``g(s+1) .. g(s+1)+s`` form group ``g`` and all send

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import _Code
+from ._base import Code
 from .reed_solomon import cyclic_mask
 
 _FIELDS: dict[int, type] = {}
@@ -46,7 +46,7 @@ def _mulsum(coefs, rows, p: int) -> np.ndarray:
     return acc
 
 
-class ReedSolomonGF(_Code):
+class ReedSolomonGF(Code):
     r"""Reed-Solomon gradient code over ``GF(p)`` with fixed-point gradients: exact recovery, bit for bit.
 
     Construction (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018, over a finite field): worker ``i`` holds

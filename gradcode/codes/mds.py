@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GradcodeError
-from ._base import _Code
+from ._base import Code
 
 
-class CyclicMDS(_Code):
+class CyclicMDS(Code):
     r"""Cyclic MDS code over the complex numbers (Raviv, Tamo, Tandon, Dimakis, ICML 2018).
 
     With ``omega = exp(2 pi i / n)`` and ``J`` a set of ``s`` consecutive exponents not containing 0,

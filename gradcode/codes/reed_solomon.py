@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ._base import _Code
+from ._base import Code
 
 
 def cyclic_mask(n: int, s: int) -> np.ndarray:
@@ -34,7 +34,7 @@ def golden_stride(n: int) -> int:
     return min((q for q in range(1, n) if math.gcd(q, n) == 1), key=lambda q: (abs(q - target), q))
 
 
-class ReedSolomon(_Code):
+class ReedSolomon(Code):
     r"""Reed-Solomon gradient code (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018), nodes on the unit circle.
 
     Support mask ``M``: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (every partition on ``s + 1``

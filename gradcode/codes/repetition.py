@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, NotDecodableError
-from ._base import _Code
+from ._base import Code
 
 
-class Uncoded(_Code):
+class Uncoded(Code):
     r"""No coding: ``B = I_n``, worker ``i`` computes partition ``i``; exact only when every worker answers.
 
     Only ``s = 0`` is accepted (the identity tolerates no straggler). The exact decode is ``a = 1`` on all
@@ -50,7 +50,7 @@ class Uncoded(_Code):
         return np.ones(self.n)
 
 
-class FractionalRepetition(_Code):
+class FractionalRepetition(Code):
     r"""Fractional repetition (Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding", ICML 2017).
 
     Needs ``(s + 1) | n``. Workers form ``n / (s + 1)`` groups of ``s + 1`` consecutive workers; every member
@@ -134,7 +134,7 @@ class FractionalRepetition(_Code):
         )
 
 
-class CyclicRepetition(_Code):
+class CyclicRepetition(Code):
     r"""Cyclic repetition (Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding", ICML 2017, Algorithm 2).
 
     Worker ``i`` holds partitions ``i, i+1, ..., i+s (mod n)``; ``k = n``. Draw ``H = [R, -R 1]`` (``s x n``),

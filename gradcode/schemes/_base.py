@@ -64,6 +64,9 @@ class Scheme:
     #: True if ``combine(messages, F, plan)`` equals ``combine_sum(messages.sum(axis=0), F, plan)``: a cluster may
     #: then add the messages up as they arrive (the MPI master does, to keep the sum off the critical path).
     sums_messages: ClassVar[bool] = False
+    #: True if the constructor passes parameters it does not name on to something it builds (a coded scheme's code,
+    #: which checks them), so a spec's unknown keys are not rejected here.
+    forwards_params: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)

@@ -1,7 +1,7 @@
 """Gradient coding as a scheme: any code of :func:`gradcode.make_code` driven by the master.
 
 Worker ``i`` computes the partitions in ``code.support(i)`` and sends ``y_i = sum_j B[i, j] g_j``
-(:meth:`gradcode.codes._base._Code.encode_row`). The stop rule:
+(:meth:`gradcode.codes._base.Code.encode_row`). The stop rule:
 
 - an exact code stops at the first arrival after which the responders are decodable (for MDS-like codes that is
   the ``(n - s)``-th arrival, later only if the decode is ill-conditioned; fractional repetition often earlier);
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..codes import _Code, make_code
+from ..codes import Code, make_code
 from ..errors import ConfigError, check_float
 from ._base import Combined, Plan, Scheme, check_k
 
@@ -26,11 +26,12 @@ class Coded(Scheme):
 
     name = "coded"
     description = "a gradient code: stop when the responders decode (exact) or at `wait` / a deadline (approximate)"
+    forwards_params = True
 
     def __init__(self, n: int, *, code, s: int | None = None, wait: int | None = None, deadline: float | None = None,
                  method: str = "auto", seed: int = 0, batch: int | None = None, **code_params):
         super().__init__(n, batch=batch)
-        if isinstance(code, _Code):
+        if isinstance(code, Code):
             if code.n != self.n:
                 raise ConfigError(f"coded: the code has n = {code.n} workers but the cluster has n = {self.n}")
             if s is not None and s != code.s:
