@@ -529,15 +529,17 @@ def test_pinned_values_of_the_original_module(spec, total, micro, eos):
 
 @pytest.mark.parametrize("spec", [{"name": "shifted_exponential", "a": 0.5, "mu": 3.0}, {"name": "pareto"},
                                   {"name": "lognormal", "base": 2.0, "scale": 0.3, "sigma": 0.7}])
-def test_sampling_fast_path_is_the_scipy_distribution(spec):
-    """``_ppf`` (in place, what ``sample`` draws) is the inverse CDF of the frozen ``scipy.stats`` distribution
-    behind ``cdf``/``sf``/``mean``."""
+def test_fast_paths_are_the_scipy_distribution(spec):
+    """``_ppf`` (in place, what ``sample`` draws) and the numpy ``_unit_cdf``/``_unit_sf`` are the frozen
+    ``scipy.stats`` distribution's ``ppf``/``cdf``/``sf``; its mean and support are the model's."""
     model = make_delay(spec)
     u = np.linspace(0.0, 1.0, 1001)[:-1]
     np.testing.assert_allclose(model._ppf(u.copy()), model._dist.ppf(u), rtol=1e-12)
-    x = model._ppf(np.array([0.01, 0.5, 0.99]))
-    np.testing.assert_allclose(model.cdf(x), [0.01, 0.5, 0.99], rtol=1e-10)
+    x = np.concatenate([[0.0, model._lower()], model._dist.ppf(u[1:]), [1e3 * model._dist.ppf(0.999)]])
+    np.testing.assert_allclose(model._unit_cdf(x), model._dist.cdf(x), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(model._unit_sf(x), model._dist.sf(x), rtol=1e-9, atol=1e-300)
     assert model.mean() == pytest.approx(model._dist.mean(), rel=1e-14)
+    assert model._lower() == model._dist.support()[0] > 0.0
 
 
 def test_a_new_wrapper_is_a_constructor_and_one_method():

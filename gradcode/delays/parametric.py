@@ -1,8 +1,10 @@
 """Parametric unit times: constant, (shifted) exponential, Pareto, lognormal, bimodal.
 
-Each is a few one-line methods, as in ``scipy.stats``: ``_ppf`` is the inverse CDF in place on the common uniforms
-(the sampling fast path, bit-for-bit what every earlier version drew), ``_scipy`` the same distribution frozen from
-``scipy.stats`` (``cdf``, ``sf``, ``mean``, support), overridden by a closed form where that is more exact, and
+Each is a few one-line methods, as in ``scipy.stats``: ``_scipy`` is the distribution frozen from ``scipy.stats``
+(its definition: the mean and the support come from it, and the tests check the fast paths against it), ``_ppf``
+the inverse CDF in place on the common uniforms (the sampling fast path, bit-for-bit what every earlier version
+drew), ``_unit_cdf``/``_unit_sf`` closed forms in numpy (fast paths: the order-statistic quadrature evaluates them
+a few hundred times a call, and a frozen distribution's per-call overhead made it three times slower), and
 ``_eos_closed`` the closed form of ``E[T_(k:n)]`` where one exists. See ``docs/references.md#delay-models``.
 """
 
@@ -92,6 +94,12 @@ class ShiftedExponentialDelay(DelayModel):
     def _scipy(self, stats):
         return stats.expon(loc=self.a, scale=1.0 / self.mu)
 
+    def _unit_cdf(self, x):
+        return np.where(x > self.a, -np.expm1(-self.mu * np.maximum(x - self.a, 0.0)), 0.0)
+
+    def _unit_sf(self, x):
+        return np.where(x > self.a, np.exp(-self.mu * np.maximum(x - self.a, 0.0)), 1.0)
+
     def _eos_closed(self, k, n, load):
         return load * self.a + load / self.mu * harmonic_diff(n, k) + self.comm
 
@@ -152,6 +160,10 @@ class ParetoDelay(DelayModel):
             tail = -np.expm1(self.alpha * np.log(self.t_m / np.maximum(x, self.t_m)))
             return np.where(x > self.t_m, tail, 0.0)
 
+    def _unit_sf(self, x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(x > self.t_m, (self.t_m / np.maximum(x, self.t_m)) ** self.alpha, 1.0)
+
     def _tail(self):
         return self.alpha
 
@@ -171,10 +183,11 @@ class LognormalDelay(DelayModel):
     lognormal of mean 1 (``Z ~ N(0, 1)``), so ``E[U] = base (1 + scale)``. [code]
 
     The spread of ``X`` is given either as its standard deviation ``sd`` (default 1, so ``sigma^2 = ln 2``) or
-    directly as the log-scale ``sigma``. DropCompute describes the noise as "a lognormal of mean 1 (sigma = 1)";
-    its table of speedups is reproduced by ``sd = 1`` (e.g. 1.21 at N = 200 for the official timer checks,
-    reference 1.20), not by a log-scale ``sigma = 1`` (1.28), so ``sd = 1`` is the default [derived] (see
-    ``docs/references.md#dropcompute``). Defaults ``base=1, scale=0.5, sd=1``.
+    directly as the log-scale ``sigma``. The noise DropCompute's code injects is described as "a lognormal of mean
+    1 (sigma = 1)" (``docs/references.md#delay-models``); DropCompute's table of speedups
+    (``docs/references.md#dropcompute``) is reproduced by ``sd = 1`` (e.g. 1.21 at N = 200 for the official timer
+    checks, reference 1.20), not by a log-scale ``sigma = 1`` (1.28), so ``sd = 1`` is the default [derived].
+    Defaults ``base=1, scale=0.5, sd=1``.
 
     >>> round(make_delay("lognormal").mean(), 6)
     1.5
@@ -210,6 +223,20 @@ class LognormalDelay(DelayModel):
 
     def _scipy(self, stats):
         return stats.lognorm(self.sigma, loc=self.base, scale=self.base * self.scale * math.exp(-0.5 * self.sigma ** 2))
+
+    def _unit_cdf(self, x):
+        positive, z = self._standardize(x)
+        return np.where(positive, scipy.special.ndtr(z), 0.0)
+
+    def _unit_sf(self, x):
+        positive, z = self._standardize(x)
+        return np.where(positive, scipy.special.ndtr(-z), 1.0)
+
+    def _standardize(self, x):
+        """``(X > 0, Z)`` at ``U = x``: ``X = (x/base - 1)/scale`` and ``Z = (log X + sigma^2/2)/sigma``."""
+        y = (x / self.base - 1.0) / self.scale
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return y > 0, (np.log(np.maximum(y, 1e-300)) + 0.5 * self.sigma ** 2) / self.sigma
 
     def _unit_mean(self):   # exact; scipy's loc + scale e^(sigma^2/2) rounds the e^(-sigma^2/2) of scale back
         return self.base * (1.0 + self.scale)

@@ -105,13 +105,14 @@ class PersistentDelay(Wrapper):
         if workers is not None and frac is not None:
             raise ConfigError("persistent: give either frac (random slow set) or workers (explicit list), "
                               "not both")
-        self.workers = None if workers is None else _check_workers("workers", workers)
-        self.frac = None if workers is not None else check_float("frac", 0.1 if frac is None else frac,
-                                                                  low=0.0, high=1.0)
         self.lo, self.hi = _check_slowdown(slowdown)
         self._slow = _Slowed(self.base, self.lo, self.hi)
-        iid = [(1.0, self.base)] if self.workers is not None else [(1 - self.frac, self.base),
-                                                                   (self.frac, self._slow)]
+        if workers is not None:   # the i.i.d. view is an unlisted worker's
+            self.workers, self.frac = _check_workers("workers", workers), None
+            iid = [(1.0, self.base)]
+        else:
+            self.workers, self.frac = None, check_float("frac", 0.1 if frac is None else frac, low=0.0, high=1.0)
+            iid = [(1 - self.frac, self.base), (self.frac, self._slow)]
         super().__init__(iid, comm=comm, comm_dist=comm_dist)
         self._params = {"base": self.base, "frac": self.frac,
                         "slowdown": self.lo if self.lo == self.hi else [self.lo, self.hi],
