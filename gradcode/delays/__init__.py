@@ -25,7 +25,7 @@ Use :func:`make_delay` (a name, a ``{"name": ..., **params}`` dict as read from 
 from __future__ import annotations
 
 from ..registry import DELAYS
-from ._base import COMM_DISTS, DelayModel
+from ._base import DelayModel
 from .parametric import (
     BimodalDelay,
     ConstantDelay,
@@ -56,7 +56,6 @@ def make_delay(name, **params) -> DelayModel:
 
 
 __all__ = [
-    "COMM_DISTS",
     "BimodalDelay",
     "ConstantDelay",
     "DelayModel",
