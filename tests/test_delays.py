@@ -454,3 +454,116 @@ def test_call_validation():
         with pytest.raises(ConfigError) as err:
             call()
         assert word in str(err.value), (word, str(err.value))
+
+
+# --- regression pins --------------------------------------------------------------------------------------------
+# Computed with the single-module gradcode/delays.py at commit fb33360 (before the split into a package) by
+#   total = sum(model.sample(11, [0, 5], 3, load=[1.0, 2.5, 0.0])), micro = sum(model.sample_micro(11, 3, 2, 2))
+#   (communication broadcast over micro-batches), eos = [E[T_(2:5)] at load 1.5, E[T_(5:5)] at load 1].
+# The draws must stay bit-for-bit (common random numbers across versions); E[T_(k:n)] to rounding.
+PINS = [
+    ({'name': 'constant', 'value': 2.0, 'comm': 0.5},
+     [2.5, 5.5, 0.5, 2.5, 5.5, 0.5],
+     [2.5, 2.5, 2.5, 2.5],
+     [3.5, 2.5]),
+    ({'name': 'shifted_exponential', 'a': 1.0, 'mu': 0.5},
+     [1.9904381609348576, 3.1658904837594406, 0.0, 1.7581224317505888, 7.018186539312545, 0.0],
+     [2.3631015153302224, 3.6372804519531368, 1.390606646402167, 2.7543369610625916],
+     [2.85, 5.566666666666666]),
+    ({'name': 'exponential', 'mu': 2.0, 'comm': 0.5, 'comm_dist': 'exponential'},
+     [0.496920275080474, 0.6906870671793379, 0.6897440388347139, 0.31939637322681547, 2.5162954617335442,
+      0.14150993296589756],
+     [0.7755998915217786, 1.0941446256775071, 0.22148152250992903, 0.5624141011750352],
+     [0.751685820273647, 1.9037135189170653]),
+    ({'name': 'pareto', 'alpha': 1.3, 't_m': 0.5},
+     [0.7318282480565054, 1.3848450292260743, 0.0, 0.6692740711435281, 2.5049008996765587, 0.0],
+     [0.8446124744210226, 1.3787695276793381, 0.581052679978798, 0.981766091002728],
+     [1.0974025974025974, 6.9281422600388085]),
+    ({'name': 'lognormal'},
+     [1.28053731807425, 2.838777989312113, 0.0, 1.2370173495717505, 3.5795419841234253, 0.0],
+     [1.349276309385384, 1.5926164841369348, 1.1636456769633476, 1.421887095708335],
+     [1.890585350082466, 2.0976533399042854]),
+    ({'name': 'lognormal', 'sigma': 0.5, 'comm': 0.3, 'comm_dist': 'exponential'},
+     [1.5336014453195936, 3.434685560458936, 0.4138464233008283, 1.424960474686111, 4.575929778522321,
+      0.08490595977953853],
+     [1.6989295950359926, 1.8626228386336412, 1.352118974767994, 1.5649470122907],
+     [2.2793146984676165, 2.3088819762602597]),
+    ({'name': 'bimodal'},
+     [1.0, 5.5, 0.0, 1.0, 2.5, 0.0],
+     [1.0, 1.0, 1.0, 1.0],
+     [1.50230315904, 1.60189489516]),
+    ({'name': 'persistent', 'base': 'shifted_exponential', 'frac': 0.5},
+     [1.4952190804674288, 2.8329452418797203, 0.0, 1.3790612158752944, 4.759093269656272, 0.0],
+     [1.6815507576651112, 2.3186402259765684, 1.1953033232010835, 1.8771684805312958],
+     [2.9468019677012185, 5.802974660334485]),
+    ({'name': 'persistent', 'base': 'bimodal', 'workers': [1], 'slowdown': 2.0},
+     [1.0, 11.0, 0.0, 1.0, 5.0, 0.0],
+     [1.0, 1.0, 2.0, 2.0],
+     [1.51228061484, 2.38631581586]),
+    ({'name': 'mixture', 'components': [{'weight': 1, 'model': 'exponential'},
+                                        {'weight': 2, 'model': {'name': 'lognormal', 'base': 0.5}}]},
+     [3.2154931109008134, 0.72775679805849, 0.0, 1.7259195831722016, 5.658626569402791, 0.0],
+     [0.3097970875360797, 1.1968173260374315, 0.3541574071587415, 1.4975637310932153],
+     [0.8827722184577158, 1.552143763551413]),
+    ({'name': 'unresponsive', 'base': 'pareto', 'workers': [1]},
+     [1.4636564961130107, math.inf, 0.0, 1.3385481422870562, math.inf, 0.0],
+     [1.6892249488420452, 2.7575390553586763, math.inf, math.inf],
+     [2.4975369458128074, math.inf]),
+    ({'name': 'trace', 'trace': 'bytedance-AR'},
+     [2.1430884721646697, 2.2702078514957225, 0.0, 2.154244889720826, 2.282876510611728, 0.0],
+     [2.1319077865567864, 2.1186892494820557, 0.8989608226966784, 0.8926144659682262],
+     [1.3701362426684607, 1.2809180366663366]),
+]
+
+
+@pytest.mark.parametrize("spec, total, micro, eos", PINS, ids=[p[0]["name"] for p in PINS])
+def test_pinned_values_of_the_original_module(spec, total, micro, eos):
+    model = make_delay(spec)
+    compute, comm = model.sample(11, [0, 5], 3, load=[1.0, 2.5, 0.0])
+    np.testing.assert_array_equal((compute + comm).ravel(), total)
+    mc, mm = model.sample_micro(11, 3, 2, 2)
+    np.testing.assert_array_equal((mc + mm[:, :, None]).ravel(), micro)
+    assert [model.expected_order_statistic(2, 5, 1.5), model.expected_order_statistic(5, 5)] == pytest.approx(
+        eos, rel=1e-12)
+
+
+@pytest.mark.parametrize("spec", [{"name": "shifted_exponential", "a": 0.5, "mu": 3.0}, {"name": "pareto"},
+                                  {"name": "lognormal", "base": 2.0, "scale": 0.3, "sigma": 0.7}])
+def test_fast_paths_are_the_scipy_distribution(spec):
+    """``_ppf`` (in place, what ``sample`` draws) and the numpy ``_unit_cdf``/``_unit_sf`` are the frozen
+    ``scipy.stats`` distribution's ``ppf``/``cdf``/``sf``; its mean and support are the model's."""
+    model = make_delay(spec)
+    u = np.linspace(0.0, 1.0, 1001)[:-1]
+    np.testing.assert_allclose(model._ppf(u.copy()), model._dist.ppf(u), rtol=1e-12)
+    x = np.concatenate([[0.0, model._lower()], model._dist.ppf(u[1:]), [1e3 * model._dist.ppf(0.999)]])
+    np.testing.assert_allclose(model._unit_cdf(x), model._dist.cdf(x), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(model._unit_sf(x), model._dist.sf(x), rtol=1e-9, atol=1e-300)
+    assert model.mean() == pytest.approx(model._dist.mean(), rel=1e-14)
+    assert model._lower() == model._dist.support()[0] > 0.0
+
+
+def test_a_new_wrapper_is_a_constructor_and_one_method():
+    """The Wrapper base derives sampling and the i.i.d. view from the components; ``_adjust`` changes draws."""
+    from gradcode.delays import Wrapper
+
+    class Doubled(Wrapper):
+        name = "doubled"
+
+        def __init__(self, base="exponential"):
+            self.base = make_delay(base)
+            super().__init__([(1.0, self.base)], comm=None, comm_dist=None)
+
+        def _adjust(self, times, seed, n, path):
+            times *= 2.0
+            return times
+
+    base = make_delay({"name": "exponential", "mu": 2.0, "comm": 0.25})
+    model = Doubled(base)
+    assert (model.comm, model.comm_dist) == (0.25, "constant")   # inherited from the base
+    np.testing.assert_array_equal(model.sample(3, [0, 1], 4, load=2.0)[0], 2.0 * base.sample(3, [0, 1], 4, load=2.0)[0])
+    np.testing.assert_array_equal(model.sample_micro(3, 1, 2, 3)[0], 2.0 * base.sample_micro(3, 1, 2, 3)[0])
+    # the i.i.d. view is the base's (one component); only sampling was changed
+    x = np.array([0.3, 1.0, 2.5])
+    np.testing.assert_array_equal(model.cdf(x), base.cdf(x))
+    assert model.expected_order_statistic(3, 5) == pytest.approx(base.expected_order_statistic(3, 5, method="numeric"),
+                                                                 rel=1e-7)

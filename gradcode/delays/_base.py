@@ -1,0 +1,298 @@
+"""The base class of every delay model: ``T_i = load_i * U_{t,i} + C_i``, a unit compute time scaled by the load
+plus communication.
+
+A subclass says what its unit time ``U`` is, the way a ``scipy.stats`` distribution does: an inverse CDF for
+sampling (``_ppf``, applied to the common uniforms of :mod:`._crn`), and for the i.i.d. view a frozen
+``scipy.stats`` distribution (``_scipy``) from which ``cdf``/``sf``/``mean``/support follow, or those one-liners
+itself. Everything else is shared and lives here: scaling by the load, communication (constant or exponential,
+mean ``comm``), the CDF of the total time, the mean, and ``E[T_(k:n)]`` (a model's closed form if it has one,
+else :mod:`.order_stats`). See ``docs/references.md#delay-models``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import warnings
+from typing import ClassVar
+
+import numpy as np
+
+from ..errors import ConfigError, check_float, check_int
+from . import order_stats
+from ._crn import (
+    STREAM_COMM,
+    STREAM_COMPUTE,
+    STREAM_MICRO,
+    check_load,
+    check_scalar_load,
+    check_seed,
+    check_t,
+    uniforms,
+)
+
+COMM_DISTS = ("constant", "exponential")
+
+_GRID = 2048  # quantile-grid size of a continuous unit time (for the exponential-communication convolution)
+_CHUNK = 4_000_000  # elements per block in the convolution
+
+
+class DelayModel:
+    """Base class of every delay model; the shared algorithm lives here.
+
+    A subclass defines its unit compute time by ``_ppf(u)`` (inverse CDF applied to uniforms, the sampling fast
+    path) and ``_scipy(stats)`` (the same distribution frozen from ``scipy.stats``, for ``cdf``/``sf``/``mean``
+    and the lower end), overriding the one-line hooks ``_unit_cdf``/``_unit_sf``/``_unit_mean``/``_lower`` where
+    a closed form is more exact or there is no scipy distribution; ``_tail``, ``_breakpoints`` and ``_atoms`` help
+    the integrator. Models that are not i.i.d. (trace replay, the wrappers of :mod:`.wrappers`) override
+    ``_unit``/``_micro`` instead of ``_ppf``. Communication (``comm`` mean, ``comm_dist`` constant or exponential)
+    is handled here for every model.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    source: ClassVar[str] = ""
+
+    def __init__(self, *, comm: float = 0.0, comm_dist: str = "constant"):
+        self.comm = check_float("comm", comm, low=0.0)
+        if comm_dist not in COMM_DISTS:
+            raise ConfigError(f"comm_dist must be one of {', '.join(COMM_DISTS)}, got {comm_dist!r}")
+        self.comm_dist = comm_dist
+        self._params: dict = {}
+
+    # --- the unit time: hooks for subclasses ------------------------------------------------------------------
+    def _ppf(self, u: np.ndarray) -> np.ndarray:
+        """Unit compute times from uniforms (may overwrite ``u``)."""
+        raise NotImplementedError
+
+    def _scipy(self, stats):
+        """The unit time as a frozen ``scipy.stats`` distribution (``stats`` is the module), or None."""
+        return None
+
+    @functools.cached_property
+    def _dist(self):
+        import scipy.stats  # imported here: scipy.stats costs 0.3 s at start-up, on every MPI rank
+
+        return self._scipy(scipy.stats)
+
+    def _unit_cdf(self, x: np.ndarray) -> np.ndarray:
+        return self._dist.cdf(x)
+
+    def _unit_sf(self, x: np.ndarray) -> np.ndarray:
+        """``P(U > x)``, computed directly where possible (``1 - cdf`` loses the right tail)."""
+        return 1.0 - self._unit_cdf(x) if self._dist is None else self._dist.sf(x)
+
+    def _unit_mean(self) -> float:
+        return float(self._dist.mean())
+
+    def _lower(self) -> float:
+        """Lower end of the unit-time support."""
+        return 0.0 if self._dist is None else float(self._dist.support()[0])
+
+    def _tail(self) -> float:
+        """Power-law tail index of the unit time (``P(U > x) ~ x^-tail``); ``inf`` for lighter tails."""
+        return math.inf
+
+    def _breakpoints(self) -> list[float]:
+        """Unit times where the CDF jumps or has a kink (help for the quadrature)."""
+        return [self._lower()]
+
+    @property
+    def _discrete(self) -> bool:
+        """True if ``_atoms`` is the exact (finite) distribution."""
+        return False
+
+    def _atoms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, weights)`` of the unit time: exact for discrete models, else the midpoint quantiles
+        ``ppf((j + 1/2)/N)`` with weights ``1/N``."""
+        u = (np.arange(_GRID) + 0.5) / _GRID
+        return np.asarray(self._ppf(u), dtype=float), np.full(_GRID, 1.0 / _GRID)
+
+    def _unit_atoms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``_atoms()``, cached on the model."""
+        cached = self.__dict__.get("_atoms_cache")
+        if cached is None:
+            cached = self.__dict__["_atoms_cache"] = self._atoms()
+        return cached
+
+    def _unit(self, seed: int, t_arr: np.ndarray, n: int, path: tuple) -> np.ndarray:
+        """Unit compute times ``(T, n)``."""
+        return self._ppf(uniforms(seed, t_arr, STREAM_COMPUTE, path, (n,)))
+
+    def _micro(self, seed: int, t_arr: np.ndarray, n: int, M: int, path: tuple) -> np.ndarray:
+        """Per-micro-batch compute times ``(T, n, M)``."""
+        return self._ppf(uniforms(seed, t_arr, STREAM_MICRO, path, (n, M)))
+
+    # --- sampling -------------------------------------------------------------------------------------------
+    def _comm(self, seed: int, t_arr: np.ndarray, n: int) -> np.ndarray:
+        if self.comm_dist == "exponential" and self.comm > 0:
+            u = uniforms(seed, t_arr, STREAM_COMM, (), (n,))
+            np.negative(u, out=u)
+            np.log1p(u, out=u)
+            u *= -self.comm
+            return u
+        return np.full((len(t_arr), n), self.comm)
+
+    def sample(self, seed: int, t, n: int, load=1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Compute and communication times, each ``(T, n)``, of workers ``0..n-1`` at iterations ``t``.
+
+        ``t`` is an int (``T = 1``) or a 1-D array of iteration numbers; ``load`` a scalar, an ``(n,)`` or a
+        ``(T, n)`` array of units of work (compute = ``load * unit time``; load 0 takes 0, except a worker
+        that never answers, whose compute stays ``inf``).
+        """
+        seed = check_seed(seed)
+        t_arr = check_t(t)
+        n = check_int("n", n, low=1)
+        load_arr = check_load(load, len(t_arr), n)
+        compute = self._unit(seed, t_arr, n, ())  # a fresh array: scaled in place
+        if not (load_arr.ndim == 2 and load_arr.strides == (0, 0) and load_arr[0, 0] == 1.0):
+            with np.errstate(invalid="ignore"):
+                compute *= load_arr
+            if not np.all(load_arr[0] if load_arr.strides[0] == 0 else load_arr):
+                compute[np.isnan(compute)] = math.inf  # inf * 0: a dead worker stays dead
+        return compute, self._comm(seed, t_arr, n)
+
+    def sample_micro(self, seed: int, t, n: int, M: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-micro-batch compute times ``(T, n, M)`` (one unit of work each) and communication ``(T, n)``.
+
+        The communication is the same as :meth:`sample`'s. Micro-batch draws use their own stream, so the sum
+        of a worker's ``M`` micro-batches is *not* ``sample(load=M)`` (which scales a single draw).
+        """
+        seed = check_seed(seed)
+        t_arr = check_t(t)
+        n = check_int("n", n, low=1)
+        M = check_int("M", M, low=1)
+        return self._micro(seed, t_arr, n, M, ()), self._comm(seed, t_arr, n)
+
+    # --- one worker's distribution (i.i.d. view) ------------------------------------------------------------
+    def _comm_constant(self) -> bool:
+        return self.comm_dist == "constant" or self.comm == 0
+
+    def _comm_cdf(self, y: np.ndarray) -> np.ndarray:
+        if not self._comm_constant():
+            return np.where(y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0)
+        return (y >= self.comm).astype(float)
+
+    def _exp_comm_sf(self, y: np.ndarray) -> np.ndarray:
+        """``P(C > y)`` for exponential communication ``C`` of mean ``self.comm``."""
+        return np.where(y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0)
+
+    def _convolve_exp_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
+        """``E_U[kernel(x - load * U)]`` over the unit time's atoms: the CDF (or survival function) of
+        ``load * U + C`` for exponential ``C``, whose own CDF (survival function) is ``kernel``.
+
+        Over the 2048 midpoint quantiles of a continuous ``U`` the error is at most ``1/2048`` in the CDF, in
+        practice far less; over the atoms of a discrete ``U`` it is exact.
+        """
+        v, w = self._unit_atoms()
+        lv = load * v
+        flat = x.reshape(-1)
+        out = np.empty(flat.shape)
+        step = max(1, _CHUNK // max(len(v), 1))   # bounded memory: step x len(v) at a time
+        for s in range(0, len(flat), step):
+            out[s:s + step] = kernel(flat[s:s + step, None] - lv[None, :]) @ w
+        return np.clip(out, 0.0, 1.0).reshape(x.shape)
+
+    def _total_cdf(self, x: np.ndarray, load: float) -> np.ndarray:
+        """CDF of ``load * U + C`` (``load`` a checked scalar)."""
+        x = np.asarray(x, dtype=float)
+        if not self._comm_constant():
+            if load == 0:
+                return self._comm_cdf(x)
+            return self._convolve_exp_comm(x, load, self._comm_cdf)
+        y = x - self.comm
+        if load == 0:
+            return (y >= 0).astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.clip(self._unit_cdf(y / load), 0.0, 1.0)
+
+    def _total_sf(self, x: np.ndarray, load: float) -> np.ndarray:
+        """``P(load * U + C > x)``, computed directly (no ``1 - cdf`` cancellation in the right tail)."""
+        x = np.asarray(x, dtype=float)
+        if not self._comm_constant():
+            if load == 0:
+                return self._exp_comm_sf(x)
+            return self._convolve_exp_comm(x, load, self._exp_comm_sf)
+        y = x - self.comm
+        if load == 0:
+            return (y < 0).astype(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.clip(self._unit_sf(y / load), 0.0, 1.0)
+
+    def cdf(self, x, load=1.0) -> np.ndarray:
+        """CDF of one worker's total response time ``load * U + C`` at ``x`` (i.i.d. view)."""
+        return self._total_cdf(np.asarray(x, dtype=float), check_scalar_load(load))
+
+    def mean(self, load=1.0) -> float:
+        """``E[load * U + C]`` (``inf`` if the unit time has no mean and ``load > 0``)."""
+        load = check_scalar_load(load)
+        return (load * self._unit_mean() if load > 0 else 0.0) + self.comm
+
+    # --- order statistics -----------------------------------------------------------------------------------
+    def expected_order_statistic(self, k: int, n: int, load=1.0, *, method: str = "auto") -> float:
+        """``E[T_(k:n)]``, the mean of the ``k``-th fastest of ``n`` total times (``k = n``: the slowest).
+
+        ``method``: ``"auto"`` (closed form if the model has one, else exact sum for discrete distributions,
+        else numeric integration), ``"closed"`` (raise if none), ``"numeric"`` (always integrate
+        ``integral_0^inf binom.cdf(k-1, n, F(t)) dt`` of this model's own CDF). Returns ``inf`` when the
+        expectation diverges (heavy tail with ``tail * (n - k + 1) <= 1``).
+        """
+        n = check_int("n", n, low=1)
+        k = check_int("k", k, low=1)
+        if k > n:
+            raise ConfigError(f"k must be <= n (the k-th fastest of n workers), got k = {k} > n = {n}")
+        load = check_scalar_load(load)
+        if method not in ("auto", "closed", "numeric"):
+            raise ConfigError(f"method must be one of auto, closed, numeric, got {method!r}")
+        return self._eos(k, n, load, method)
+
+    def _eos(self, k: int, n: int, load: float, method: str) -> float:
+        """:meth:`expected_order_statistic` of checked arguments."""
+        if method != "numeric":
+            closed = self._eos_closed(k, n, load) if self._comm_constant() else None
+            if closed is not None:
+                return closed
+            if method == "closed":
+                raise ConfigError(f"{self.name} has no closed form for E[T_(k:n)] with "
+                                  f"comm_dist={self.comm_dist!r}; use method='auto' or 'numeric'")
+        groups = [(c, g) for c, g in self._groups(n) if c > 0]
+        tail = min(g._tail() for _, g in groups) if load > 0 else math.inf
+        if tail * (n - k + 1) <= 1:
+            return math.inf
+        shift = self.comm if self._comm_constant() else 0.0
+        if method == "auto" and self._comm_constant() and all(g._discrete for _, g in groups):
+            return order_stats.exact_discrete(k, groups, load, shift)
+        total, err = order_stats.integrate(k, n, groups, load, shift)
+        if err > 1e-4 * abs(total):
+            warnings.warn(f"{self.name}: E[T_({k}:{n})] = {total:.6g} by numeric integration is accurate "
+                          f"only to about {err:.2g}", RuntimeWarning, stacklevel=3)
+        return total
+
+    def _eos_closed(self, k: int, n: int, load: float) -> float | None:
+        """``E[T_(k:n)]`` in closed form (constant communication), or None if the model has none."""
+        return None
+
+    def _groups(self, n: int) -> list[tuple[int, DelayModel]]:
+        """Workers ``0..n-1`` as groups ``(count, model)`` of i.i.d. workers, each with this model's comm."""
+        return [(n, self)]
+
+    def _with_comm(self, comm: float, comm_dist: str) -> DelayModel:
+        """A shallow copy of this model with another communication."""
+        out = copy.copy(self)
+        out.comm, out.comm_dist = comm, comm_dist
+        return out
+
+    # --- misc -----------------------------------------------------------------------------------------------
+    def spec(self) -> dict:
+        """The ``{"name": ..., **params}`` dict that :func:`make_delay` rebuilds this model from."""
+        out = {"name": self.name}
+        for key, val in self._params.items():
+            out[key] = val.spec() if isinstance(val, DelayModel) else val
+        out["comm"] = self.comm
+        out["comm_dist"] = self.comm_dist
+        return out
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.spec().items() if k != "name")
+        return f"{type(self).__name__}({inner})"

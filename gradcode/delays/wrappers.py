@@ -1,0 +1,343 @@
+"""Models built from other models: persistent stragglers, mixtures, unresponsive workers.
+
+They share one delegation mechanism, :class:`Wrapper`: a wrapper names its ``components`` (weighted inner models)
+and the i.i.d. view (``cdf``, ``sf``, ``mean``, support, tail, breakpoints, atoms) is derived from their mixture
+``F(x) = sum_j w_j F_j(x)``; sampling draws the first component and lets ``_adjust`` change the draws per worker.
+A new wrapper is a constructor and one or two short methods. See ``docs/references.md#delay-models``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ConfigError, check_float, check_int
+from ._base import _CHUNK, DelayModel
+from ._crn import STREAM_MIXTURE, STREAM_PERSISTENT, check_seed, per_worker_uniforms, uniforms
+
+
+class Wrapper(DelayModel):
+    """Base of the models that wrap others.
+
+    ``components`` are ``(weight, model)`` pairs (weights summing to 1): the unit time of one worker in the i.i.d.
+    view is their mixture, and every hook of that view is derived from them here (zero weights are kept where
+    they cannot matter, so that a slowed copy still offers its breakpoints to the quadrature). Sampling draws the
+    first component's model and passes the draws to :meth:`_adjust`; a wrapper that samples differently overrides
+    ``_unit``/``_micro``. Communication is ``comm``/``comm_dist`` if given, else the inner models' (which must then
+    agree).
+    """
+
+    def __init__(self, components: list[tuple[float, DelayModel]], *, comm: float | None, comm_dist: str | None):
+        c, d = _inherit_comm([m for _, m in components], comm, comm_dist, self.name)
+        super().__init__(comm=c, comm_dist=d)
+        self.components = components
+
+    # --- sampling -------------------------------------------------------------------------------------------
+    def _adjust(self, times: np.ndarray, seed: int, n: int, path: tuple) -> np.ndarray:
+        """Per-worker change of the first component's draws ``times`` (``(T, n)`` or ``(T, n, M)``: axis 1 is
+        the worker), in place."""
+        return times
+
+    def _unit(self, seed, t_arr, n, path):
+        return self._adjust(self.components[0][1]._unit(seed, t_arr, n, path), seed, n, path)
+
+    def _micro(self, seed, t_arr, n, M, path):
+        return self._adjust(self.components[0][1]._micro(seed, t_arr, n, M, path), seed, n, path)
+
+    # --- i.i.d. view: the mixture of the components ---------------------------------------------------------
+    def _unit_cdf(self, x):
+        return sum(w * m._unit_cdf(x) for w, m in self.components)
+
+    def _unit_sf(self, x):
+        return sum(w * m._unit_sf(x) for w, m in self.components)
+
+    def _unit_mean(self):
+        return float(sum(w * m._unit_mean() for w, m in self.components if w > 0))   # 0 * inf is no mean
+
+    def _lower(self):
+        return min(m._lower() for _, m in self.components)
+
+    def _tail(self):
+        return min(m._tail() for _, m in self.components)
+
+    def _breakpoints(self):
+        return sorted({b for _, m in self.components for b in m._breakpoints()})
+
+    @property
+    def _discrete(self):
+        return all(m._discrete for w, m in self.components if w > 0)
+
+    def _atoms(self):
+        parts = [m._unit_atoms() for _, m in self.components]
+        return (np.concatenate([v for v, _ in parts]),
+                np.concatenate([w * pw for (w, _), (_, pw) in zip(self.components, parts, strict=True)]))
+
+
+class PersistentDelay(Wrapper):
+    """Persistent stragglers: a fixed set of workers is ``slowdown`` times slower every iteration.
+
+    Wraps ``base``. Worker ``i`` is slow with probability ``frac`` (default 0.1), decided by a uniform keyed
+    by ``(seed, i)`` only, never ``t``; or the slow set is the explicit ``workers`` list. Each slow worker's
+    factor is ``slowdown`` (a number) or drawn uniformly in ``[lo, hi]`` per worker (default ``[1.2, 3]``,
+    what production jobs show [paper: 2505.05713]). Unit time: ``U_{t,i} = s_i * U0_{t,i}`` with ``U0`` the
+    base model's draw.
+
+    i.i.d. view (``cdf``, ``mean``, ``expected_order_statistic``): with ``frac``, ``F(x) = (1 - frac) F0(x) +
+    frac * E_s[F0(x/s)]``. Averaged over seeds this is exact (workers are then independent and identically
+    distributed); for one fixed seed the slow set is fixed, so it is an approximation. With explicit
+    ``workers``, ``expected_order_statistic`` is exact for the given ``n`` (two groups of i.i.d. workers) and
+    ``cdf``/``mean`` describe an unlisted (normal) worker. [derived]
+
+    >>> d = make_delay({"name": "persistent", "base": "constant", "workers": [1], "slowdown": 2.0})
+    >>> d.sample(0, [0, 1], 3)[0]
+    array([[1., 2., 1.],
+           [1., 2., 1.]])
+    """
+
+    name = "persistent"
+    description = "wraps base: a fixed subset of workers is slowdown times slower every iteration"
+    source = "[paper: 2505.05713]"
+
+    def __init__(self, base="shifted_exponential", frac: float | None = None, slowdown=(1.2, 3.0),
+                 workers=None, *, comm: float | None = None, comm_dist: str | None = None):
+        self.base = _nested("base", base)
+        if workers is not None and frac is not None:
+            raise ConfigError("persistent: give either frac (random slow set) or workers (explicit list), "
+                              "not both")
+        self.lo, self.hi = _check_slowdown(slowdown)
+        self._slow = _Slowed(self.base, self.lo, self.hi)
+        if workers is not None:   # the i.i.d. view is an unlisted worker's
+            self.workers, self.frac = _check_workers("workers", workers), None
+            iid = [(1.0, self.base)]
+        else:
+            self.workers, self.frac = None, check_float("frac", 0.1 if frac is None else frac, low=0.0, high=1.0)
+            iid = [(1 - self.frac, self.base), (self.frac, self._slow)]
+        super().__init__(iid, comm=comm, comm_dist=comm_dist)
+        self._params = {"base": self.base, "frac": self.frac,
+                        "slowdown": self.lo if self.lo == self.hi else [self.lo, self.hi],
+                        "workers": None if self.workers is None else list(self.workers)}
+
+    def factors(self, seed: int, n: int) -> np.ndarray:
+        """The slowdown factor of each of the ``n`` workers (1 for normal workers) under ``seed``."""
+        return self._factors(check_seed(seed), check_int("n", n, low=1), ())
+
+    def _factors(self, seed: int, n: int, path: tuple) -> np.ndarray:
+        u = per_worker_uniforms(seed, STREAM_PERSISTENT, path, n, 2)
+        if self.workers is None:
+            slow = u[:, 0] < self.frac
+        else:
+            slow = np.zeros(n, dtype=bool)
+            slow[[w for w in self.workers if w < n]] = True
+        return np.where(slow, self.lo + (self.hi - self.lo) * u[:, 1], 1.0)
+
+    def _adjust(self, times, seed, n, path):
+        times *= self._factors(seed, n, path).reshape((1, n) + (1,) * (times.ndim - 2))
+        return times
+
+    def _groups(self, n):
+        if self.workers is None:
+            return [(n, self)]
+        d = sum(1 for w in self.workers if w < n)
+        return [(n - d, self.base._with_comm(self.comm, self.comm_dist)),
+                (d, self._slow._with_comm(self.comm, self.comm_dist))]
+
+
+class _Slowed(DelayModel):
+    """A slow worker's unit time ``s * U0``: ``U0`` from ``base``, ``s`` uniform on ``[lo, hi]`` (``lo`` if
+    ``lo == hi``)."""
+
+    _NODES = 8  # slowdown grid of the quantile atoms for a [lo, hi] range
+
+    def __init__(self, base: DelayModel, lo: float, hi: float):
+        super().__init__(comm=base.comm, comm_dist=base.comm_dist)
+        self.base, self.lo, self.hi = base, lo, hi
+
+    def _unit_cdf(self, x):
+        if self.lo == self.hi:
+            return self.base._unit_cdf(x / self.lo)
+        # s ~ U[lo, hi]: E_s[1{s v <= x}] = clip((x/v - lo)/(hi - lo), 0, 1), averaged over the base's atoms v
+        v, w = self.base._unit_atoms()
+        x = np.asarray(x, dtype=float)
+        flat = x.reshape(-1)
+        out = np.empty(flat.shape)
+        step = max(1, _CHUNK // len(v))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for s in range(0, len(flat), step):
+                r = flat[s:s + step, None] / v[None, :]
+                frac = np.clip((r - self.lo) / (self.hi - self.lo), 0.0, 1.0)
+                frac = np.where(v[None, :] > 0, frac, (flat[s:s + step, None] >= 0).astype(float))
+                out[s:s + step] = frac @ w
+        return out.reshape(x.shape)
+
+    def _unit_sf(self, x):
+        return self.base._unit_sf(x / self.lo) if self.lo == self.hi else 1.0 - self._unit_cdf(x)
+
+    def _unit_mean(self):
+        return self.base._unit_mean() * 0.5 * (self.lo + self.hi)
+
+    def _lower(self):
+        return self.base._lower() * self.lo
+
+    def _tail(self):
+        return self.base._tail()
+
+    def _breakpoints(self):
+        b = self.base._breakpoints()
+        return [x * self.lo for x in b] + [x * self.hi for x in b]
+
+    @property
+    def _discrete(self):
+        return self.base._discrete and self.lo == self.hi
+
+    def _atoms(self):
+        v, w = self.base._unit_atoms()
+        if self.lo == self.hi:
+            return v * self.lo, w
+        s = self.lo + (self.hi - self.lo) * (np.arange(self._NODES) + 0.5) / self._NODES
+        return np.outer(s, v).ravel(), np.tile(w / self._NODES, self._NODES)
+
+
+class MixtureDelay(Wrapper):
+    """Per iteration and worker, a component chosen at random: ``P(component j) = weight_j / sum(weights)``.
+
+    ``components`` is a list of ``{"weight": w, "model": spec}`` (or ``(w, spec)`` pairs). The choice for
+    ``(t, i)`` is a uniform of its own stream, and every component draws on its own path, so components are
+    independent. A worker's micro-batches of one iteration all come from the same component.
+    ``F(x) = sum_j w_j F_j(x)`` (exact i.i.d. view). [derived]
+
+    >>> d = make_delay("mixture", components=[{"weight": 1, "model": "constant"},
+    ...                                        {"weight": 1, "model": {"name": "constant", "value": 3.0}}])
+    >>> round(d.mean(), 6)
+    2.0
+    """
+
+    name = "mixture"
+    description = "per (t, i) one of several models, chosen with the given weights"
+    source = "[derived]"
+
+    def __init__(self, components=(), *, comm: float | None = None, comm_dist: str | None = None):
+        weights, models = _check_components(components)
+        self.weights = np.array(weights) / sum(weights)
+        self.models = models
+        super().__init__(list(zip(self.weights, models, strict=True)), comm=comm, comm_dist=comm_dist)
+        self._cum = np.cumsum(self.weights)
+        self._cum[-1] = 1.0
+        self._params = {"components": [{"weight": float(w), "model": m.spec()}
+                                       for w, m in zip(weights, models, strict=True)]}
+
+    def _pick(self, seed, t_arr, n, path, draw, shape) -> np.ndarray:
+        """Per ``(t, i)`` the chosen component's ``draw(model, path)`` (component ``j`` on ``path + (j+1,)``)."""
+        choice = np.searchsorted(self._cum, uniforms(seed, t_arr, STREAM_MIXTURE, path, (n,)), side="right")
+        out = np.empty(shape)
+        for j, m in enumerate(self.models):
+            mask = choice == j
+            if mask.any():
+                out[mask] = draw(m, path + (j + 1,))[mask]
+        return out
+
+    def _unit(self, seed, t_arr, n, path):
+        return self._pick(seed, t_arr, n, path, lambda m, p: m._unit(seed, t_arr, n, p), (len(t_arr), n))
+
+    def _micro(self, seed, t_arr, n, M, path):
+        return self._pick(seed, t_arr, n, path, lambda m, p: m._micro(seed, t_arr, n, M, p), (len(t_arr), n, M))
+
+
+class UnresponsiveDelay(Wrapper):
+    """Wraps ``base``; the listed ``workers`` never answer: their compute is ``inf`` (for fault tests).
+    [derived]
+
+    ``cdf`` and ``mean`` describe a responsive worker. ``E[T_(k:n)]`` with ``d`` listed workers below ``n`` is
+    the base's ``E[T_(k:n-d)]``, and ``inf`` when ``k > n - d``.
+
+    >>> make_delay("unresponsive", base="constant", workers=[0]).sample(0, 0, 2)[0]
+    array([[inf,  1.]])
+    """
+
+    name = "unresponsive"
+    description = "wraps base: the listed workers never answer (compute = inf)"
+    source = "[derived]"
+
+    def __init__(self, base="shifted_exponential", workers=(), *, comm: float | None = None,
+                 comm_dist: str | None = None):
+        self.base = _nested("base", base)
+        super().__init__([(1.0, self.base)], comm=comm, comm_dist=comm_dist)
+        self.workers = _check_workers("workers", workers)
+        self._params = {"base": self.base, "workers": list(self.workers)}
+
+    def _dead(self, n):
+        return [w for w in self.workers if w < n]
+
+    def _adjust(self, times, seed, n, path):
+        times[:, self._dead(n)] = math.inf
+        return times
+
+    def _eos(self, k, n, load, method):
+        live = n - len(self._dead(n))
+        if k > live:
+            return math.inf
+        return self.base._with_comm(self.comm, self.comm_dist)._eos(k, live, load, method)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# parameter checks of the wrappers
+# ------------------------------------------------------------------------------------------------------------
+def _inherit_comm(inner: list[DelayModel], comm, comm_dist, what: str) -> tuple[float, str]:
+    """A wrapper's communication: given, or else the wrapped models' (which must then agree)."""
+    if comm is not None and comm_dist is not None:
+        return comm, comm_dist
+    pairs = {(m.comm, m.comm_dist) for m in inner}
+    if len(pairs) > 1:
+        raise ConfigError(f"{what}: the wrapped models have different communication {sorted(pairs)}; give comm "
+                          f"and comm_dist on the {what} itself (they replace the wrapped models')")
+    c, d = pairs.pop()
+    return (c if comm is None else comm), (d if comm_dist is None else comm_dist)
+
+
+def _nested(what: str, spec) -> DelayModel:
+    if isinstance(spec, (DelayModel, dict, str)):
+        from . import make_delay
+
+        return make_delay(spec)
+    raise ConfigError(f"{what} must be a delay model, a name or a {{\"name\": ..., **params}} dict, "
+                      f"got {spec!r}")
+
+
+def _check_workers(what: str, workers) -> tuple[int, ...]:
+    if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
+        raise ConfigError(f"{what} must be a list of worker indices (ints >= 0), got {workers!r}")
+    return tuple(sorted({check_int(what, w, low=0) for w in workers}))
+
+
+def _check_slowdown(slowdown) -> tuple[float, float]:
+    if isinstance(slowdown, (list, tuple, np.ndarray)):
+        if len(slowdown) != 2:
+            raise ConfigError(f"slowdown must be a number >= 1 or a [lo, hi] range, got {slowdown!r}")
+        lo = check_float("slowdown (lo)", slowdown[0], low=1.0)
+        hi = check_float("slowdown (hi)", slowdown[1], low=1.0)
+        if hi < lo:
+            raise ConfigError(f"slowdown range [lo, hi] must have lo <= hi, got {slowdown!r}")
+        return lo, hi
+    s = check_float("slowdown", slowdown, low=1.0)
+    return s, s
+
+
+def _check_components(components) -> tuple[list[float], list[DelayModel]]:
+    """A mixture's ``[{"weight": w, "model": spec}, ...]`` (or ``(w, spec)`` pairs) as weights and models."""
+    if not isinstance(components, (list, tuple)) or not components:
+        raise ConfigError("components must be a non-empty list of {\"weight\": w, \"model\": spec}")
+    weights, models = [], []
+    for j, comp in enumerate(components):
+        if isinstance(comp, dict):
+            unknown = set(comp) - {"weight", "model"}
+            if unknown or "model" not in comp or "weight" not in comp:
+                raise ConfigError(f"components[{j}] must have exactly the keys weight and model, got "
+                                  f"{sorted(comp)}")
+            w, m = comp["weight"], comp["model"]
+        elif isinstance(comp, (list, tuple)) and len(comp) == 2:
+            w, m = comp
+        else:
+            raise ConfigError(f"components[{j}] must be {{\"weight\": w, \"model\": spec}}, got {comp!r}")
+        weights.append(check_float(f"components[{j}].weight", w, low=0.0, low_open=True))
+        models.append(_nested(f"components[{j}].model", m))
+    return weights, models
