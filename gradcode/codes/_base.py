@@ -7,10 +7,11 @@ so that ``sum_{i in F} a_i y_i = sum_j g_j``. Every decoding reports its residua
     residual = ||B_F^T a - 1||_2 / sqrt(k),
 
 and an exact decode whose residual exceeds ``tol`` raises :class:`IllConditionedError` instead of returning a
-wrong gradient (REFERENCES section 5, numerical stability).
+wrong gradient (floating-point decoding loses precision as ``n`` grows: ``docs/references.md#gradient-codes``).
 
 Concrete codes differ only in construction (``_build``) and, where they have a faster or more stable decoder than
 least squares, in ``_exact_weights`` / ``_optimal_weights`` / ``_one_step_weights``. Everything else lives here.
+See ``docs/design.md#the-scheme-interface`` for how a scheme uses a code.
 """
 
 from __future__ import annotations
