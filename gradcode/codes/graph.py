@@ -30,11 +30,8 @@ class GraphCode(Code):
     ``(s+1) | 2n`` and ``k > s + 1``.
 
     The optimal decoder is the closed form of Glasgow and Wootters, "Approximate Gradient Coding with Optimal
-    Decoding" (2006.09638), per connected component of the surviving graph (vertices = partitions, edges =
-    responders): ``B_F^T a`` is 1 on a non-bipartite component; on a bipartite one with sides ``L >= R`` it is
-    ``1 + (L-R)/(L+R)`` on ``R`` and ``1 - (L-R)/(L+R)`` on ``L``; 0 on an isolated vertex. Edge weights
-    achieving it come from a BFS spanning tree (peel the leaves), plus one odd-cycle edge to fix the root of a
-    non-bipartite component: ``O(n + m)`` and equal to least squares.
+    Decoding" (2006.09638), on the surviving graph (vertices = partitions, edges = responders), computed by
+    :func:`peeling_weights` in ``O(n + m)``; it equals least squares.
 
         >>> from gradcode import make_code
         >>> code = make_code("graph", n=12, s=2, seed=0)
@@ -70,52 +67,67 @@ class GraphCode(Code):
         return B
 
     def _optimal_weights(self, F: np.ndarray) -> np.ndarray:
-        """Closed-form least squares per component of the surviving graph (see the class docstring)."""
-        adj: dict[int, list[tuple[int, int]]] = {}
-        for idx, e in enumerate(F.tolist()):
-            u, v = self._ends[e]
-            adj.setdefault(u, []).append((v, idx))
-            adj.setdefault(v, []).append((u, idx))
-        weights = [0.0] * len(F)
-        depth: dict[int, int] = {}
-        for root in adj:  # vertices without a responding edge are isolated: coefficient 0, nothing to do
-            if root not in depth:
-                self._solve_component(adj, root, depth, weights)
-        return np.array(weights)
+        """Closed-form least squares on the surviving graph: :func:`peeling_weights`."""
+        return peeling_weights([self._ends[e] for e in F.tolist()])
 
-    @staticmethod
-    def _solve_component(adj, root: int, depth: dict, weights: list) -> None:
-        """Edge weights on ``root``'s component making its vertex coefficients the least-squares optimum."""
-        # BFS spanning tree; a non-tree edge between two vertices of equal depth parity closes an odd cycle.
-        depth[root] = 0
-        order, parent, odd = [root], {root: (root, -1)}, None
-        for x in order:  # appending while iterating: plain BFS
-            for y, idx in adj[x]:
-                if y not in depth:
-                    depth[y] = depth[x] + 1
-                    parent[y] = (x, idx)
-                    order.append(y)
-                elif odd is None and (depth[y] - depth[x]) % 2 == 0:
-                    odd = (x, y, idx)
-        demand = dict.fromkeys(order, 1.0)
-        if odd is None:  # bipartite: project 1 onto {sum over L = sum over R}, the span of the edge columns
-            even = sum(1 for x in order if depth[x] % 2 == 0)
-            big, small = max(even, len(order) - even), min(even, len(order) - even)
-            delta = (big - small) / (big + small)
-            big_parity = 0 if even >= len(order) - even else 1
-            for x in order:
-                demand[x] = 1.0 - delta if depth[x] % 2 == big_parity else 1.0 + delta
-            _peel(order, parent, demand, weights)
-            return
-        # Non-bipartite: the tree alone leaves a residual r at the root; weight t on the odd edge (x, y)
-        # changes it by -2t(-1)^depth(x), so t = r (-1)^depth(x) / 2 makes every vertex equation hold.
-        r = _peel(order, parent, dict(demand), weights)
-        x, y, idx = odd
-        t = r * (-1) ** depth[x] / 2.0
-        demand[x] -= t
-        demand[y] -= t
-        weights[idx] = t
+
+def peeling_weights(edges) -> np.ndarray:
+    r"""Least-squares weights ``a`` (one per edge) for ``B_F^T a ~ 1``, where row ``e`` of ``B_F`` is ``1`` on both
+    ends of ``edges[e]``: ``O(vertices + edges)``, per connected component (Glasgow and Wootters, 2006.09638).
+
+    The optimal ``B_F^T a`` is 1 on a non-bipartite component; on a bipartite one with sides ``L >= R`` it is
+    ``1 + (L-R)/(L+R)`` on ``R`` and ``1 - (L-R)/(L+R)`` on ``L``; 0 on a vertex without edges. A BFS spanning tree,
+    peeled from the leaves, meets it at every vertex but the root; one edge closing an odd cycle fixes the root.
+
+    >>> peeling_weights([(0, 1), (1, 2), (2, 0)]).tolist()       # a triangle: every vertex exactly 1
+    [0.5, 0.5, 0.5]
+    >>> peeling_weights([(0, 1), (1, 2)]).tolist()               # a path: sides {0, 2} and {1}, 2/3 and 4/3
+    [0.6666666666666667, 0.6666666666666667]
+    """
+    adj: dict[int, list[tuple[int, int]]] = {}
+    for idx, (u, v) in enumerate(edges):
+        adj.setdefault(u, []).append((v, idx))
+        adj.setdefault(v, []).append((u, idx))
+    weights = [0.0] * len(edges)
+    depth: dict[int, int] = {}
+    for root in adj:  # vertices without an edge are isolated: coefficient 0, nothing to do
+        if root not in depth:
+            _solve_component(adj, root, depth, weights)
+    return np.array(weights)
+
+
+def _solve_component(adj, root: int, depth: dict, weights: list) -> None:
+    """Edge weights on ``root``'s component making its vertex coefficients the least-squares optimum."""
+    # BFS spanning tree; a non-tree edge between two vertices of equal depth parity closes an odd cycle.
+    depth[root] = 0
+    order, parent, odd = [root], {root: (root, -1)}, None
+    for x in order:  # appending while iterating: plain BFS
+        for y, idx in adj[x]:
+            if y not in depth:
+                depth[y] = depth[x] + 1
+                parent[y] = (x, idx)
+                order.append(y)
+            elif odd is None and (depth[y] - depth[x]) % 2 == 0:
+                odd = (x, y, idx)
+    demand = dict.fromkeys(order, 1.0)
+    if odd is None:  # bipartite: project 1 onto {sum over L = sum over R}, the span of the edge columns
+        even = sum(1 for x in order if depth[x] % 2 == 0)
+        big, small = max(even, len(order) - even), min(even, len(order) - even)
+        delta = (big - small) / (big + small)
+        big_parity = 0 if even >= len(order) - even else 1
+        for x in order:
+            demand[x] = 1.0 - delta if depth[x] % 2 == big_parity else 1.0 + delta
         _peel(order, parent, demand, weights)
+        return
+    # Non-bipartite: the tree alone leaves a residual r at the root; weight t on the odd edge (x, y)
+    # changes it by -2t(-1)^depth(x), so t = r (-1)^depth(x) / 2 makes every vertex equation hold.
+    r = _peel(order, parent, dict(demand), weights)
+    x, y, idx = odd
+    t = r * (-1) ** depth[x] / 2.0
+    demand[x] -= t
+    demand[y] -= t
+    weights[idx] = t
+    _peel(order, parent, demand, weights)
 
 
 def _peel(order: list, parent: dict, demand: dict, weights: list) -> float:
