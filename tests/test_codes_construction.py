@@ -37,7 +37,7 @@ def test_cyclic_support_subclass_builds_B_from_window_coefficients():
             return np.tile(np.arange(1.0, self.s + 2), (self.n, 1))
 
     code = Ramp(5, 2)
-    assert code.B[3].tolist() == [2.0, 3.0, 0.0, 1.0, 0.0]
+    assert code.B[3].tolist() == [3.0, 0.0, 0.0, 1.0, 2.0]  # worker 3 holds 3, 4, 0 at places 0, 1, 2
     assert code.B[:, 0].tolist() == [1.0, 0.0, 0.0, 3.0, 2.0]
 
 

@@ -81,8 +81,8 @@ def peeling_weights(edges) -> np.ndarray:
 
     >>> peeling_weights([(0, 1), (1, 2), (2, 0)]).tolist()       # a triangle: every vertex exactly 1
     [0.5, 0.5, 0.5]
-    >>> peeling_weights([(0, 1), (1, 2)]).tolist()               # a path: sides {0, 2} and {1}, 2/3 and 4/3
-    [0.6666666666666667, 0.6666666666666667]
+    >>> (peeling_weights([(0, 1), (1, 2)]) * 3).round(9).tolist()  # a path: sides {0, 2} and {1}, 2/3 and 4/3
+    [2.0, 2.0]
     """
     adj: dict[int, list[tuple[int, int]]] = {}
     for idx, (u, v) in enumerate(edges):
