@@ -215,15 +215,15 @@ def _import(path: str, what: str) -> type:
 CODES = Registry("code", "gradcode.codes._base:Code", {
     "uncoded": "gradcode.codes.repetition:Uncoded",
     "fractional_repetition": "gradcode.codes.repetition:FractionalRepetition",
-    "cyclic_repetition": "gradcode.codes.repetition:CyclicRepetition",
-    "cyclic_mds": "gradcode.codes.mds:CyclicMDS",
+    "cyclic_repetition": "gradcode.codes.cyclic:CyclicRepetition",
+    "cyclic_mds": "gradcode.codes.cyclic:CyclicMDS",
     "reed_solomon": "gradcode.codes.reed_solomon:ReedSolomon",
     "reed_solomon_gf": "gradcode.codes.finite_field:ReedSolomonGF",
-    "expander": "gradcode.codes.approximate:Expander",
-    "graph": "gradcode.codes.approximate:GraphCode",
-    "bernoulli": "gradcode.codes.approximate:Bernoulli",
-    "stochastic": "gradcode.codes.approximate:Stochastic",
-    "erasurehead": "gradcode.codes.approximate:ErasureHead",
+    "expander": "gradcode.codes.random_codes:Expander",
+    "graph": "gradcode.codes.graph:GraphCode",
+    "bernoulli": "gradcode.codes.random_codes:Bernoulli",
+    "stochastic": "gradcode.codes.random_codes:Stochastic",
+    "erasurehead": "gradcode.codes.repetition:ErasureHead",
 }, group="gradcode.codes", positional=("n", "s"))
 
 SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gradcode import ConfigError, make_code
-from gradcode.codes.approximate import GraphCode
+from gradcode.codes.graph import GraphCode
 
 # Valid (n, s, extra params) per code; several shapes each so that no property holds by accident of one size.
 CONFIGS = {

@@ -140,7 +140,7 @@ def fold_mod_xn_minus_1(coeffs: np.ndarray, n: int) -> np.ndarray:
 def test_cyclic_mds_matches_polynomial_product(n, s):
     code = build("cyclic_mds", n, s)
     omega = np.exp(2j * np.pi / n)
-    J = range((n - s + 1) // 2, (n + s - 1) // 2 + 1)  # REFERENCES section 5, real case (n - s odd)
+    J = range((n - s + 1) // 2, (n + s - 1) // 2 + 1)  # real case (n - s odd), docs/references.md#gradient-codes
     g = np.array([1.0 + 0j])
     for j in J:
         g = np.polynomial.polynomial.polymul(g, [-(omega**j), 1.0])

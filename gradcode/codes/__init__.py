@@ -8,8 +8,14 @@
     >>> round(float(code.combine(messages[responders], responders)[0]), 6)
     45.0
 
-Names map to classes in :data:`gradcode.registry.CODES`; modules are imported on first use, so that ``import
-gradcode`` stays fast (the finite-field code pulls in galois and numba only when it is built).
+Modules group the codes by construction: :mod:`~gradcode.codes.repetition` (uncoded, fractional repetition,
+ErasureHead), :mod:`~gradcode.codes.cyclic` (the cyclic-support base, cyclic repetition, cyclic MDS),
+:mod:`~gradcode.codes.reed_solomon` and :mod:`~gradcode.codes.finite_field` (Reed-Solomon over the complex numbers and
+over GF(p), both by :mod:`~gradcode.codes.lagrange` interpolation), :mod:`~gradcode.codes.graph` (the graph code and
+its peeling decoder) and :mod:`~gradcode.codes.random_codes` (expander, Bernoulli, stochastic).
+
+Names map to classes in :data:`gradcode.registry.CODES` (``docs/design.md#registry``); modules are imported on first
+use, so that ``import gradcode`` stays fast (the finite-field code pulls in galois and numba only when it is built).
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ so that ``sum_{i in F} a_i y_i = sum_j g_j``. Every decoding reports its residua
     residual = ||B_F^T a - 1||_2 / sqrt(k),
 
 and an exact decode whose residual exceeds ``tol`` raises :class:`IllConditionedError` instead of returning a
-wrong gradient (REFERENCES section 5, numerical stability).
+wrong gradient (floating-point decoding loses precision as ``n`` grows: ``docs/references.md#gradient-codes``).
 
 Concrete codes differ only in construction (``_build``) and, where they have a faster or more stable decoder than
 least squares, in ``_exact_weights`` / ``_optimal_weights`` / ``_one_step_weights``. Everything else lives here.
+See ``docs/design.md#the-scheme-interface`` for how a scheme uses a code.
 """
 
 from __future__ import annotations
@@ -39,7 +40,33 @@ class Decoding(NamedTuple):
 
 
 class Code:
-    """Base class: subclasses set ``name``, ``description``, ``exact`` and implement ``_build(rng) -> B``."""
+    r"""A gradient code: an ``(n, k)`` encoding matrix ``B`` for ``n`` workers, ``k`` partitions, ``s`` stragglers.
+
+    Worker ``i`` computes the partitions in the support of row ``i`` and sends ``y_i = sum_j B[i, j] g_j``. From the
+    responders ``F`` the master finds weights ``a`` with ``B_F^T a ~ 1`` and returns ``sum_{i in F} a_i y_i``,
+    which is ``sum_j g_j`` when ``B_F^T a = 1``; every decoding reports ``||B_F^T a - 1||_2 / sqrt(k)``.
+
+    A subclass sets ``name``, ``description`` (one line, ending in ``(exact)`` or ``(approximate)``) and ``exact``,
+    and implements ``_build(rng) -> B``; it may add ``_check`` (a :class:`ConfigError` for bad parameters) and a
+    decoder better than least squares (``_exact_weights``, ``_optimal_weights``, ``_one_step_weights``). A spec
+    or :func:`gradcode.make_code` names a user's subclass by import path, ``"package.module:ClassName"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gradcode.codes import Code
+    >>> class Pairs(Code):          # worker i holds partitions i and i + 1 (mod n), each with coefficient 1/2
+    ...     name, description, exact = "pairs", "each partition on two neighbours (approximate)", False
+    ...     def _build(self, rng):
+    ...         return (np.eye(self.n) + np.roll(np.eye(self.n), 1, axis=1)) / 2
+    >>> code = Pairs(4, 1)
+    >>> code.support(3)
+    (0, 3)
+    >>> np.round(code.decode([0, 2], "optimal"), 9).tolist()      # 2 y_0 + 2 y_2 = g_0 + g_1 + g_2 + g_3
+    [2.0, 0.0, 2.0, 0.0]
+    >>> code.residual([0, 1], "optimal") > 0                          # partition 3 is missing
+    True
+    """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""

@@ -1,8 +1,8 @@
-"""Reed-Solomon gradient code over a prime field GF(p): exact to the bit, whatever ``n``.
+"""Reed-Solomon gradient code over a prime field GF(p) with fixed-point gradients: exact to the bit, whatever ``n``.
 
-The project's addition (REFERENCES section 5, "Exact over a finite field").
-
-``galois`` is imported lazily, inside functions only, so that ``import gradcode`` stays fast.
+The code of :mod:`gradcode.codes.reed_solomon` in ``GF(p)`` instead of the complex numbers: no round-off, so no
+ill-conditioning, at the price of a fixed-point range (see ``docs/references.md#gradient-codes``). ``galois`` is
+imported lazily, inside functions only, so that ``import gradcode`` stays fast.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import Code
-from .reed_solomon import cyclic_mask
+from .reed_solomon import ReedSolomonBase
 
 _FIELDS: dict[int, type] = {}
 
@@ -46,12 +45,12 @@ def _mulsum(coefs, rows, p: int) -> np.ndarray:
     return acc
 
 
-class ReedSolomonGF(Code):
+class ReedSolomonGF(ReedSolomonBase):
     r"""Reed-Solomon gradient code over ``GF(p)`` with fixed-point gradients: exact recovery, bit for bit.
 
-    Construction (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018, over a finite field): worker ``i`` holds
-    partitions ``i, ..., i+s (mod n)`` (``k = n``) and has the node ``alpha_i = i + 1`` (distinct and nonzero,
-    needs ``p > n``). In ``GF(p)``,
+    The code of :class:`~gradcode.codes.reed_solomon.ReedSolomonBase` (Halbawi, Azizan, Salehi, Hassibi,
+    ISIT 2018) over a finite field: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (``k = n``) and has the
+    node ``alpha_i = i + 1`` (distinct and nonzero, needs ``p > n``). In ``GF(p)``,
 
         p_j(x) = prod_{i : M[i, j] = 0} (x - alpha_i) / (-alpha_i),       B[i, j] = p_j(alpha_i),
 
@@ -128,25 +127,15 @@ class ReedSolomonGF(Code):
                     f"2^{self.frac_bits} must be below p/2 = {half}; accepted: max_abs <= "
                     f"{half // k / scale:g}, or fewer frac_bits, or a larger field p (<= 2^31)"
                 )
-        self._qmax = qmax
 
-    def _build(self, rng: np.random.Generator) -> np.ndarray:
-        n, s = self.n, self.s
-        GF = _field(self.p)
-        self.nodes = np.arange(1, n + 1, dtype=np.int64)
-        alpha = GF(self.nodes)
-        M = cyclic_mask(n, s)
-        B = GF.Zeros((n, n))
-        for j in range(n):
-            held = np.flatnonzero(M[:, j])
-            zeros = alpha[~M[:, j]]
-            if zeros.size:  # p_j(x) = prod_l (1 - x / alpha_l) over the workers l without partition j
-                B[held, j] = np.prod(GF(1) - alpha[held, None] / zeros[None, :], axis=1)
-            else:  # s = n - 1: every worker holds every partition, p_j = 1
-                B[held, j] = GF(1)
-        # Row supports, for the data path (every row holds exactly s + 1 nonzeros: the nodes are distinct).
-        self._row_cols = [np.flatnonzero(M[i]) for i in range(n)]
-        return B.view(np.ndarray).astype(np.int64)
+    def _node_values(self) -> np.ndarray:
+        return np.arange(1, self.n + 1, dtype=np.int64)
+
+    def _to_field(self, values):
+        return self.field(values)
+
+    def _from_field(self, elements) -> np.ndarray:
+        return elements.view(np.ndarray).astype(np.int64)
 
     @property
     def field(self):
@@ -184,8 +173,8 @@ class ReedSolomonGF(Code):
         """``(k, d)`` float partials -> ``(n, d)`` int64 messages in ``[0, p)``."""
         Q = self.quantize(self._check_partials(partials))
         Y = np.empty((self.n,) + Q.shape[1:], dtype=np.int64)
-        for i, cols in enumerate(self._row_cols):
-            Y[i] = _mulsum(self.B[i, cols], [Q[j] for j in cols], self.p)
+        for i, window in enumerate(self.windows):
+            Y[i] = _mulsum(self.B[i, window], [Q[j] for j in window], self.p)
         return Y
 
     def encode_row(self, i: int, partials) -> np.ndarray:
@@ -201,20 +190,6 @@ class ReedSolomonGF(Code):
                 "available; accepted: 'exact', 'auto'"
             )
         return super()._decode(F, "exact")
-
-    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
-        m = self.n - self.s
-        if len(F) < m:
-            raise self._not_decodable(F)
-        GF = self.field
-        x = GF(self.nodes[F[:m]])
-        diff = x[None, :] - x[:, None]  # diff[i, l] = alpha_l - alpha_i
-        diff[np.diag_indices(m)] = 1
-        ratio = x[None, :] / diff
-        ratio[np.diag_indices(m)] = 1
-        a = np.zeros(len(F), dtype=np.int64)
-        a[:m] = np.prod(ratio, axis=1).view(np.ndarray)
-        return a
 
     def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
         wrong = np.count_nonzero(_mulsum(a, self.B[F], self.p) != 1)

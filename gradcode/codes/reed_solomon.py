@@ -1,7 +1,8 @@
-"""Reed-Solomon gradient code over the complex numbers.
+"""Reed-Solomon gradient code over the complex numbers, nodes on the unit circle (Halbawi, Azizan, Salehi, Hassibi,
+"Improving Distributed Gradient Descent Using Reed-Solomon Codes", ISIT 2018).
 
-Halbawi, Azizan, Salehi, Hassibi, "Improving Distributed Gradient Descent Using Reed-Solomon Codes",
-ISIT 2018.
+The construction and the decoder are Lagrange interpolation at zero (:mod:`gradcode.codes.lagrange`); the same
+code over ``GF(p)`` is :mod:`gradcode.codes.finite_field`. See ``docs/references.md#gradient-codes``.
 """
 
 from __future__ import annotations
@@ -11,15 +12,8 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
-from ._base import Code
-
-
-def cyclic_mask(n: int, s: int) -> np.ndarray:
-    """Balanced ``(n, n)`` support mask: worker ``i`` holds partitions ``i, ..., i+s (mod n)``."""
-    M = np.zeros((n, n), dtype=bool)
-    for t in range(s + 1):
-        M[np.arange(n), (np.arange(n) + t) % n] = True
-    return M
+from .cyclic import CyclicSupportCode
+from .lagrange import vanishing_values, weights_at_zero
 
 
 def golden_stride(n: int) -> int:
@@ -34,14 +28,12 @@ def golden_stride(n: int) -> int:
     return min((q for q in range(1, n) if math.gcd(q, n) == 1), key=lambda q: (abs(q - target), q))
 
 
-class ReedSolomon(Code):
-    r"""Reed-Solomon gradient code (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018), nodes on the unit circle.
+class ReedSolomonBase(CyclicSupportCode):
+    r"""Base of the two Reed-Solomon codes: nodes, coefficients ``p_j(alpha_i)``, decoding by interpolation.
 
-    Support mask ``M``: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (every partition on ``s + 1``
-    workers, ``k = n``). Worker ``i`` has the node ``alpha_i`` (distinct ``n``-th roots of unity). For
-    partition ``j``,
+    Worker ``i`` has the node ``alpha_i`` (distinct, nonzero). For partition ``j``,
 
-        p_j(x) = prod_{i : M[i, j] = 0} (x - alpha_i) / (-alpha_i),      B[i, j] = p_j(alpha_i),
+        p_j(x) = prod_{l : j not in W_l} (x - alpha_l) / (-alpha_l),      B[i, j] = p_j(alpha_i),
 
     of degree ``n - s - 1`` with ``p_j(0) = 1`` and zeros on the workers without ``j``. A polynomial of degree
     ``n - s - 1`` is fixed by its values on any ``n - s`` responders ``F'``, so Lagrange interpolation at zero
@@ -51,14 +43,50 @@ class ReedSolomon(Code):
 
     ``O((n-s)^2)`` and no linear solve. The exact decode uses the first ``n - s`` responders in index order.
 
-    Nodes: ``alpha_i = omega^(q i mod n)``, ``omega = exp(2 pi sqrt(-1) / n)``, with the stride ``q`` of
-    :func:`golden_stride` (``node_order="golden"``, default) or ``q = 1`` (``node_order="natural"``). Real
-    nodes are catastrophically ill-conditioned (REFERENCES section 5). With natural order a burst of
-    consecutive stragglers removes one arc of the circle and interpolation at 0 from the remaining arc
-    amplifies round-off; the golden stride spreads any burst of consecutive workers round the circle, which
-    keeps the Lagrange weights and the entries of ``B`` moderate (the worst case moves to stragglers spaced
-    ``q^{-1} mod n`` apart, which is unlikely in practice). ``B`` is ``complex128``: every message is two real
-    vectors, twice the communication; :meth:`combine` returns the real part.
+    A subclass gives the nodes (``_node_values``, an array of numbers kept as ``code.nodes``) and, if its field is
+    not the complex numbers, the maps between those numbers and field elements (``_to_field``, ``_from_field``).
+    """
+
+    def _node_values(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _to_field(self, values):
+        return values
+
+    def _from_field(self, elements) -> np.ndarray:
+        return elements
+
+    def _window_coefficients(self, rng: np.random.Generator) -> np.ndarray:
+        nodes = self._node_values()
+        nodes.setflags(write=False)
+        self.nodes = nodes
+        alpha, mask, t = self._to_field(nodes), self.mask, np.arange(self.s + 1)
+        C = np.zeros_like(alpha, shape=(self.n, self.s + 1))
+        for j in range(self.n):
+            held = (j - t) % self.n  # worker j - t holds partition j at place t of its window
+            C[held, t] = vanishing_values(alpha[held], alpha[~mask[:, j]])
+        return self._from_field(C)
+
+    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
+        m = self.n - self.s
+        if len(F) < m:
+            raise self._not_decodable(F)
+        a = np.zeros(len(F), dtype=self.B.dtype)
+        a[:m] = self._from_field(weights_at_zero(self._to_field(self.nodes[F[:m]])))
+        return a
+
+
+class ReedSolomon(ReedSolomonBase):
+    r"""Reed-Solomon gradient code (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018), nodes on the unit circle.
+
+    The code of :class:`ReedSolomonBase` with ``alpha_i = omega^(q i mod n)``, ``omega = exp(2 pi sqrt(-1) / n)``,
+    and the stride ``q`` of :func:`golden_stride` (``node_order="golden"``, default) or ``q = 1``
+    (``node_order="natural"``). Real nodes are catastrophically ill-conditioned. With natural order a burst of
+    consecutive stragglers removes one arc of the circle and interpolation at 0 from the remaining arc amplifies
+    round-off; the golden stride spreads any burst of consecutive workers round the circle, which keeps the Lagrange
+    weights and the entries of ``B`` moderate (the worst case moves to stragglers spaced ``q^{-1} mod n`` apart,
+    which is unlikely in practice). ``B`` is ``complex128``: every message is two real vectors, twice the
+    communication; :meth:`combine` returns the real part.
 
     Examples
     --------
@@ -86,30 +114,6 @@ class ReedSolomon(Code):
         self.node_order = node_order
         super().__init__(n, s, **kwargs)
 
-    def _build(self, rng: np.random.Generator) -> np.ndarray:
-        n, s = self.n, self.s
-        q = golden_stride(n) if self.node_order == "golden" else 1
-        alpha = np.exp(2j * np.pi * ((q * np.arange(n)) % n) / n)
-        alpha.setflags(write=False)
-        self.nodes = alpha
-        M = cyclic_mask(n, s)
-        B = np.zeros((n, n), dtype=complex)
-        for j in range(n):
-            zeros = alpha[~M[:, j]]  # nodes of the workers without partition j
-            held = np.flatnonzero(M[:, j])
-            # p_j(x) = prod (1 - x / alpha_l): the same polynomial, one division per factor.
-            B[held, j] = np.prod(1.0 - alpha[held, None] / zeros[None, :], axis=1)
-        return B
-
-    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
-        m = self.n - self.s
-        if len(F) < m:
-            raise self._not_decodable(F)
-        x = self.nodes[F[:m]]
-        diff = x[None, :] - x[:, None]  # diff[i, l] = alpha_l - alpha_i
-        np.fill_diagonal(diff, 1.0)
-        ratio = x[None, :] / diff
-        np.fill_diagonal(ratio, 1.0)
-        a = np.zeros(len(F), dtype=complex)
-        a[:m] = np.prod(ratio, axis=1)
-        return a
+    def _node_values(self) -> np.ndarray:
+        q = golden_stride(self.n) if self.node_order == "golden" else 1
+        return np.exp(2j * np.pi * ((q * np.arange(self.n)) % self.n) / self.n)

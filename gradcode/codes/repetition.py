@@ -1,7 +1,9 @@
-"""Repetition codes: uncoded, fractional repetition and cyclic repetition (Tandon et al., ICML 2017).
+"""Repetition codes: every worker sends the plain sum of the partitions it holds (``B`` is 0/1, ``k = n``).
 
-All three have ``k = n`` partitions and real coefficients. Fractional repetition decodes without any
-floating-point algebra; cyclic repetition decodes by least squares in the base class.
+Uncoded (the identity), fractional repetition (groups of ``s + 1`` workers hold the same ``s + 1`` partitions,
+Tandon et al., ICML 2017) and ErasureHead (the same layout, stopped early: an approximate code). The group layout
+decodes without floating-point algebra: one message per group. Cyclic repetition, whose coefficients are not all
+1, is in :mod:`gradcode.codes.cyclic`. See ``docs/references.md#gradient-codes``.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class FractionalRepetition(Code):
             above = below + g
             valid = ([f"n = {below}"] if below > 0 else []) + [f"n = {above}"]
             raise ConfigError(
-                f"fractional_repetition needs (s + 1) to divide n: s + 1 = {g} does not divide n = {self.n}; "
+                f"{self.name} needs (s + 1) to divide n: s + 1 = {g} does not divide n = {self.n}; "
                 f"nearest valid: {' or '.join(valid)} (or choose s with s + 1 dividing {self.n})"
             )
 
@@ -103,23 +105,21 @@ class FractionalRepetition(Code):
         group = np.arange(self.n) // (self.s + 1)
         return (group[:, None] == group[None, :]).astype(float)
 
-    def group_of(self, i: int) -> int:
-        """The group of worker ``i`` (workers ``g(s+1) .. g(s+1)+s`` form group ``g``)."""
-        return int(i) // (self.s + 1)
-
-    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
-        g = self.s + 1
-        # F is sorted, so the first index of each group in F is its lowest-indexed responder. Any member would
-        # do (their messages are identical); the lowest keeps the weights a function of the set, whatever the
-        # order.
-        groups = F // g
-        first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if len(F) else np.zeros(0, int)
-        uncovered = np.setdiff1d(np.arange(self.n // g), groups[first])
-        if uncovered.size:
-            raise self._uncovered(F, uncovered)
+    def _first_per_group(self, F: np.ndarray) -> np.ndarray:
+        """Weight 1 on the lowest-indexed responder of every covered group, 0 elsewhere."""
+        # F is sorted, so the first index of each group in F is its lowest-indexed responder. Any member would do
+        # (their messages are identical); the lowest keeps the weights a function of the set, whatever the order.
+        _, first = np.unique(F // (self.s + 1), return_index=True)
         a = np.zeros(len(F))
         a[first] = 1.0
         return a
+
+    def _exact_weights(self, F: np.ndarray) -> np.ndarray:
+        g = self.s + 1
+        uncovered = np.setdiff1d(np.arange(self.n // g), F // g)
+        if uncovered.size:
+            raise self._uncovered(F, uncovered)
+        return self._first_per_group(F)
 
     def _uncovered(self, F: np.ndarray, uncovered: np.ndarray) -> NotDecodableError:
         g = self.s + 1
@@ -134,46 +134,28 @@ class FractionalRepetition(Code):
         )
 
 
-class CyclicRepetition(Code):
-    r"""Cyclic repetition (Tandon, Lei, Dimakis, Karampatziakis, "Gradient Coding", ICML 2017, Algorithm 2).
+class ErasureHead(FractionalRepetition):
+    """ErasureHead: the fractional-repetition layout, decoded by summing one message per covered group.
 
-    Worker ``i`` holds partitions ``i, i+1, ..., i+s (mod n)``; ``k = n``. Draw ``H = [R, -R 1]`` (``s x n``),
-    ``R`` an ``s x (n-1)`` standard Gaussian from ``seed``, so every row of ``H`` sums to zero and ``1`` is in
-    its null space. Row ``i`` of ``B`` has ``B[i, i] = 1`` and its other ``s`` entries solve ``H b_i = 0``:
+    Needs ``(s+1) | n``; ``k = n``. Workers ``g(s+1) .. g(s+1)+s`` form group ``g`` and all send
+    ``sum_{j = g(s+1)}^{g(s+1)+s} g_j``. The master stops early (a deadline or a count, decided by the scheme)
+    and sums the first responder of every covered group with weight 1; uncovered groups are simply missing
+    (biased, a small noise floor). This is also the optimal decoder for the layout: a group's partitions
+    appear only in that group's identical rows, so a covered group's coefficients can be made exactly 1 and an
+    uncovered group's are 0 whatever the weights. Source: Wang, Charles, Papailiopoulos, "ErasureHead:
+    Distributed gradient descent without delays using approximate gradient coding" (1901.09671).
 
-        B[i, S_i] = -H[:, S_i]^{-1} H[:, i],      S_i = {i+1, ..., i+s} mod n.
-
-    Almost surely any ``n - s`` rows span ``null(H)`` (dimension ``n - s``), which contains ``1``; the exact
-    decode solves ``B_F^T a = 1`` by least squares and checks the residual. ``H`` is kept as ``code.H``.
-
-    Examples
-    --------
-    >>> import numpy as np, gradcode
-    >>> n, s = 5, 2
-    >>> code = gradcode.make_code("cyclic_repetition", n, s, seed=1)
-    >>> code.support(3)
-    (0, 3, 4)
-    >>> bool(np.allclose(code.H @ code.B.T, 0))
-    True
-    >>> partials = np.arange(5.0).reshape(5, 1)
-    >>> F = [0, 2, 4]
-    >>> round(float(code.combine(code.encode(partials)[F], F)[0]), 9)
-    10.0
+        >>> from gradcode import make_code
+        >>> code = make_code("erasurehead", n=6, s=1)
+        >>> code.decode([1, 2, 3], "one_step").tolist()      # groups {0,1}, {2,3} covered, {4,5} missing
+        [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+        >>> round(code.residual([1, 2, 3]) ** 2 * code.k, 6)  # two partitions missing
+        2.0
     """
 
-    name = "cyclic_repetition"
-    description = "cyclic windows of s + 1 partitions, seeded random H; least-squares decode (exact)"
+    name = "erasurehead"
+    description = "fractional repetition, stop early and sum one message per covered group (approximate)"
+    exact = False
 
-    def _build(self, rng: np.random.Generator) -> np.ndarray:
-        n, s = self.n, self.s
-        R = rng.standard_normal((s, n - 1))
-        H = np.hstack([R, -R.sum(axis=1, keepdims=True)])
-        H.setflags(write=False)
-        self.H = H
-        B = np.zeros((n, n))
-        for i in range(n):
-            rest = (i + np.arange(1, s + 1)) % n
-            B[i, i] = 1.0
-            if s:
-                B[i, rest] = -np.linalg.solve(H[:, rest], H[:, i])
-        return B
+    _optimal_weights = FractionalRepetition._first_per_group
+    _one_step_weights = FractionalRepetition._first_per_group
