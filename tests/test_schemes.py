@@ -77,7 +77,7 @@ SUMMING = {"sync": {}, "fastest_k": {"k": 3}, "backup": {"b": 2}, "adaptive_k": 
 
 @pytest.mark.parametrize("name", list(SUMMING))
 def test_summing_schemes_combine_the_plain_sum(name):
-    """What the MPI master relies on when it adds messages up as they arrive: combine == combine_sum(sum)."""
+    """What the MPI master relies on when it adds messages up as they arrive: combine == combine_sum(sum, count)."""
     scheme = make_scheme(name, n=6, **SUMMING[name])
     assert scheme.sums_messages
     plan = scheme.plan(0)
@@ -86,7 +86,7 @@ def test_summing_schemes_combine_the_plain_sum(name):
     total = msgs[0].copy()
     for m in msgs[1:]:           # in arrival order, as the master adds them
         total += m
-    got = scheme.combine_sum(total, responders, plan).gradient
+    got = scheme.combine_sum(total, len(responders), plan).gradient
     np.testing.assert_array_equal(got, scheme.combine(msgs, responders, plan).gradient)
     np.testing.assert_allclose(got, (6 / 4) * msgs.sum(axis=0), rtol=1e-15)
 
