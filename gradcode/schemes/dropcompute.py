@@ -143,14 +143,15 @@ class DropCompute(DecentralizedScheme):
 
     def schedule(self, micro: np.ndarray, comm_time: np.ndarray, tau: float) -> Schedule:
         """The timer rule of ``check`` (:func:`local_stop`) as a schedule: a micro-batch the timer interrupts (after
-        its forward pass, or at ``tau`` when idealized) was started, but its work is dropped."""
+        its forward pass, or at ``tau`` when idealized) was started, but its work is dropped. Leading axes of
+        ``micro`` (..., n, M) and ``comm_time`` (..., n) are kept, so many steps can be scheduled at once."""
         kept, stop = local_stop(micro, tau, self.check, self.forward_share)
         end = np.cumsum(micro, axis=-1)
         with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
             begin = end - micro
-        at = np.take_along_axis(begin, np.minimum(kept, self.M - 1)[:, None], axis=-1)[:, 0]   # the next chunk's
+        at = np.take_along_axis(begin, np.minimum(kept, self.M - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
         interrupted = (kept < self.M) & (stop > at)
-        return Schedule(chunk_end=np.minimum(end, stop[:, None]), started=kept + interrupted, kept=kept, stop=stop,
+        return Schedule(chunk_end=np.minimum(end, stop[..., None]), started=kept + interrupted, kept=kept, stop=stop,
                         comm_time=comm_time)
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
