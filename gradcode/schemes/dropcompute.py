@@ -163,7 +163,7 @@ class DropCompute(DecentralizedScheme):
     def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:
         """Record the step's micro-batch times (the automatic threshold's window), and choose ``tau`` after it.
 
-        Every rank calls this with the same gathered times, so every rank chooses the same ``tau``.
+        Every rank draws the same times (same seed) and calls this, so every rank chooses the same ``tau``.
         """
         if self.tau != "auto" or not (self.warmup <= t < self.warmup + self.record_steps):
             return
