@@ -10,9 +10,10 @@ Iteration ``t``:
    ``late_workers = "finish"``: a late worker starts the newest plan when it is free, ``begin = max(start,
    free)``. Every worker has at most one plan and one receive outstanding, so no buffer is ever written while a
    request points at it.
-2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until
-   ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
-   non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
+2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until the stop
+   policy holds (:class:`gradcode.cluster.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the plan's
+   deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
+   values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
    flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a scaled sum
    (``scheme.sums_messages``: the averaging schemes) has its messages added up as they arrive, during the wait,
