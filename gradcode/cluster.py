@@ -339,12 +339,11 @@ class Driver:
         if combined is None:
             return None, None
         g = combined.gradient
-        w_next = self.w - self.lr * g
-        result = self.evaluate(t, plan, g, w_next, truth)
-        self.w = w_next
+        result = self.evaluate(t, plan, g, truth)
+        self.w -= self.lr * g     # in place: no new model-sized array per iteration
         return result
 
-    def evaluate(self, t: int, plan: Plan, g: np.ndarray, w_next: np.ndarray, truth: np.ndarray | None):
+    def evaluate(self, t: int, plan: Plan, g: np.ndarray, truth: np.ndarray | None):
         """``(loss after the update, relative error of g)``: the loss on evaluation iterations
         (:func:`evaluates_loss`); the gradient error whenever the cluster had the full gradient ``truth`` for free,
         else on evaluation iterations (it costs a gradient over all partitions)."""
@@ -354,4 +353,4 @@ class Driver:
         if truth is None and with_loss:
             truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
         grad_error = None if truth is None else relative_error(g, truth)
-        return (float(self.workload.loss(w_next)) if with_loss else None), grad_error
+        return (float(self.workload.loss(self.w - self.lr * g)) if with_loss else None), grad_error
