@@ -3,7 +3,8 @@
 Question. In DropCompute (Giladi et al., arXiv 2306.10598) each of ``N`` workers stops its ``M`` micro-batches once a
 local timer passes ``tau``; the step no longer waits for the slowest worker's full compute. The speedup should grow
 without bound in ``N`` (about ``1 + CV*sqrt(2 ln N / M)``), and depend on *when* a worker looks at its timer.
-REFERENCES section 4 gives a Monte Carlo table; do we reproduce every row?
+The project's reference notes (``docs/references.md#dropcompute``) give a Monte Carlo table; do we reproduce every
+row?
 
 Setup. Exactly the table's: ``M = 12`` micro-batches, micro-batch time ``1 + 0.5 X`` (``X`` lognormal of mean 1, sd 1;
 ``make_delay("lognormal")``), communication 10% of the mean compute (``0.1 * 12 * 1.5``), 400 steps, seed 1. Effective
@@ -11,9 +12,9 @@ speedup = (fraction of micro-batches computed) x (mean step time without droppin
 ``max_i (compute_i + comm)``. The best ``tau`` is found by a sweep of ``tau / mean compute`` in [0.75, 1.05]; the
 three timer semantics are ``idealized`` (stop exactly at ``tau``), ``official`` (check before each micro-batch and
 before its backward, forward = 1/3) and ``before_microbatch``. ``N`` from 8 to 1024; the delays are sampled once at
-``N = 1024`` and sliced (common random numbers: a worker's draws do not depend on ``N``). For speed the sweep is a
-vectorised re-implementation of ``gradcode.schemes.dropcompute.local_stop`` on ``delay.sample_micro`` output (checked
-equal to it); "auto" is ``tau`` chosen by the replay rule of ``choose_tau`` on steps 5-44 and scored on steps 45-399.
+``N = 1024`` and sliced (common random numbers: a worker's draws do not depend on ``N``). Every step is scored by the
+scheme's own schedule (``DropCompute.schedule``, all steps at once on ``delay.sample_micro`` output); "auto" is
+``tau`` chosen by the scheme's replay rule (``choose_tau``) on steps 5-44 and scored on steps 45-399.
 
 Finding. All twelve reference speedups are reproduced within 0.04 (at N = 8, 32, 200, 1024: idealized 1.08, 1.17,
 1.31, 1.44; official 1.08, 1.13, 1.21, 1.25; before micro-batch 1.06, 1.11, 1.15, 1.15); the three semantics keep
@@ -36,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 from _common import parse_args, save_figure, table, write_report  # noqa: E402
 
-from gradcode import make_delay  # noqa: E402
+from gradcode import make_delay, make_scheme  # noqa: E402
+from gradcode.schemes.dropcompute import choose_tau  # noqa: E402
 
 NAME = "dropcompute_scaling"
 M = 12
@@ -45,7 +47,8 @@ COMM = 0.1 * M * MEAN_MICRO       # communication = 10% of the mean compute
 CV = 0.5 / MEAN_MICRO             # std / mean of one micro-batch time
 CHECKS = ("idealized", "official", "before_microbatch")
 FORWARD = 1 / 3
-# REFERENCES section 4: speedup at N = 8, 32, 200, 1024; drop rate; best tau / mean compute
+# the reference table (docs/references.md#dropcompute): speedup at N = 8, 32, 200, 1024; drop rate; best tau / mean
+# compute
 REFERENCE = {
     "idealized": ({8: 1.11, 32: 1.20, 200: 1.31, 1024: 1.40}, "12%", 0.92),
     "official": ({8: 1.10, 32: 1.15, 200: 1.20, 1024: 1.24}, "9%", 0.89),
@@ -54,54 +57,37 @@ REFERENCE = {
 
 
 class Steps:
-    """Cumulative micro-batch times of ``(steps, N, M)`` draws, with the step time and count under any ``tau``."""
+    """``(steps, N, M)`` micro-batch draws of ``N`` workers, scored by the scheme's schedule under any ``tau``."""
 
-    def __init__(self, micro: np.ndarray, comm: np.ndarray):
-        self.micro = micro
-        self.end = np.cumsum(micro, axis=-1)
-        self.begin = self.end - micro
-        self.mid = self.begin + FORWARD * micro     # the official code's second check, before the backward
-        self.comm = comm
-        self.base = float(np.mean(np.max(self.end[..., -1] + comm, axis=1)))
+    def __init__(self, micro: np.ndarray, comm: np.ndarray, check: str):
+        self.micro, self.comm = micro, comm
+        self.scheme = make_scheme("dropcompute", n=micro.shape[1], M=M, check=check, forward_share=FORWARD)
+        self.base = self.step_time(float("inf"))
 
-    def stop(self, tau: float, check: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(counts, compute times)`` per worker, as ``local_stop`` (the check points increase along ``M``, so
-        the first crossed check is the number of check points still below ``tau``)."""
-        total = self.end[..., -1]
-        if check == "idealized":
-            return (self.end <= tau).sum(axis=-1), np.minimum(total, tau)
-        points = self.begin if check == "before_microbatch" else self.mid
-        first = (points < tau).sum(axis=-1)
-        idx = np.minimum(first, M - 1)[..., None]
-        b = np.take_along_axis(self.begin, idx, axis=-1)[..., 0]
-        if check == "before_microbatch":
-            at = b
-        else:
-            at = np.where(b >= tau, b, np.take_along_axis(self.mid, idx, axis=-1)[..., 0])
-        return first, np.where(first < M, at, total)
+    def step_time(self, tau: float) -> float:
+        """Mean step time ``max_i(compute_i + comm_i)`` under ``tau``."""
+        return float(np.mean(np.max(self.scheme.schedule(self.micro, self.comm, tau).ready, axis=-1)))
 
-    def gain(self, tau: float, check: str) -> tuple[float, float]:
+    def gain(self, tau: float) -> tuple[float, float]:
         """Effective speedup and drop rate at ``tau``."""
-        counts, times = self.stop(tau, check)
-        new = float(np.mean(np.max(times + self.comm, axis=1)))
-        done = counts.sum() / counts.size / M
-        return done * self.base / new, 1.0 - done
+        schedule = self.scheme.schedule(self.micro, self.comm, tau)
+        done = 1.0 - schedule.drop_rate
+        return done * self.base / float(np.mean(np.max(schedule.ready, axis=-1))), schedule.drop_rate
 
 
-def best_tau(steps: Steps, check: str, taus: np.ndarray) -> tuple[float, float, float]:
+def best_tau(steps: Steps, taus: np.ndarray) -> tuple[float, float, float]:
     """(tau, speedup, drop rate) maximising the speedup over ``taus``."""
-    scores = [steps.gain(tau, check) for tau in taus]
+    scores = [steps.gain(tau) for tau in taus]
     i = int(np.argmax([s for s, _ in scores]))
     return float(taus[i]), scores[i][0], scores[i][1]
 
 
 def auto_tau(micro, comm, check: str, warmup: int = 5, record: int = 40, candidates: int = 200):
-    """The automatic rule (``choose_tau``, replay): best throughput on the recorded steps, scored on the rest."""
-    rec = Steps(micro[warmup:warmup + record], comm[warmup:warmup + record])
-    grid = np.linspace(rec.end.min(), rec.end.max(), candidates)
-    tau = best_tau(rec, check, grid)[0]
-    rest = Steps(micro[warmup + record:], comm[warmup + record:])
-    return (tau,) + rest.gain(tau, check)
+    """The scheme's automatic rule (``choose_tau``, replay) on the recorded steps, scored on the rest."""
+    window = slice(warmup, warmup + record)
+    tau = choose_tau(micro[window], comm[window], check=check, forward_share=FORWARD, candidates=candidates,
+                     rule="replay")
+    return (tau,) + Steps(micro[warmup + record:], comm[warmup + record:], check).gain(tau)
 
 
 def theory(N: int) -> float:
@@ -115,9 +101,8 @@ def sweep(Ns, iterations: int, n_taus: int, seed: int = 1) -> list[dict]:
     rows = []
     for N in Ns:
         micro, comm = micro_all[:, :N], comm_all[:, :N]
-        steps = Steps(micro, comm)
         for check in CHECKS:
-            tau, speedup, drop = best_tau(steps, check, taus)
+            tau, speedup, drop = best_tau(Steps(micro, comm, check), taus)
             a_tau, a_speedup, a_drop = auto_tau(micro, comm, check)
             rows.append({"N": N, "check": check, "speedup": speedup, "drop": drop, "tau_ratio": tau / (M * MEAN_MICRO),
                          "auto_speedup": a_speedup, "auto_drop": a_drop, "auto_tau_ratio": a_tau / (M * MEAN_MICRO),
@@ -150,7 +135,7 @@ def plot(rows: list[dict], out) -> Path:
         axes[0].plot(Ns, [r["auto_speedup"] for r in sel], "x:", color=f"C{i}", label=f"{check} (auto tau)")
         ref = REFERENCE[check][0]
         axes[0].plot(list(ref), list(ref.values()), "s", mfc="none", color=f"C{i}", ms=8,
-                     label=f"{check}: REFERENCES")
+                     label=f"{check}: reference")
         axes[1].plot(Ns, [100 * r["drop"] for r in sel], "o-", color=f"C{i}", label=f"{check}: drop rate (%)")
         axes[1].plot(Ns, [100 * r["tau_ratio"] for r in sel], "^:", color=f"C{i}",
                      label=f"{check}: best tau / mean compute (%)")
@@ -176,7 +161,7 @@ def main(argv=None) -> list[dict]:
                    "auto drop", "auto tau / mean", "1 + CV sqrt(2 ln N/M)"],
                   [[r["N"], r["check"], r["speedup"], f"{r['drop']:.1%}", r["tau_ratio"], r["auto_speedup"],
                     f"{r['auto_drop']:.1%}", r["auto_tau_ratio"], r["theory"]] for r in rows]), "",
-            "## Against REFERENCES section 4 (ours, difference in parentheses; drop and tau at the largest N)", "",
+            "## Against the reference table (ours, difference in parentheses; drop and tau at the largest N)", "",
             table(["check", "N = 8", "N = 32", "N = 200", "N = 1024", "drop rate", "best tau / mean compute"],
                   reference_diffs(rows))]
     write_report(args.out, NAME, "\n".join(text))

@@ -249,6 +249,7 @@ def execute(run: RunPlan, runs_dir: Path) -> bool:
 
 def _run_sim(run: RunPlan, folder: Path) -> int:
     from . import sim
+    from .cluster import jsonable
 
     spec = load_spec(run.spec)
     (scheme,), delay, workload = build(spec)
@@ -256,12 +257,12 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
     with open(folder / "records.jsonl", "w") as fh:
         def write(rec: dict) -> None:
             nonlocal count
-            fh.write(json.dumps(rec, default=sim._jsonable) + "\n")
+            fh.write(json.dumps(rec, default=jsonable) + "\n")
             fh.flush()
             count += 1
 
         result = sim.simulate(scheme, delay, workload, on_record=write, **run_kwargs(spec))
-    (folder / "summary.json").write_text(json.dumps(result.summary, indent=2, default=sim._jsonable) + "\n")
+    (folder / "summary.json").write_text(json.dumps(result.summary, indent=2, default=jsonable) + "\n")
     return count
 
 

@@ -6,9 +6,10 @@ workload itself (deterministic), so nothing but plans, models and messages trave
 
 Any exception on any rank is printed to stderr with the rank and its role, then ``MPI_Abort`` ends every rank of
 the job at once (no hang); ``python -m mpi4py`` adds the same guarantee for anything that escapes. Exit codes:
-0 success; 0 also when the run completed but unresponsive workers had to be aborted at shutdown (the master says
-so on stderr and in ``summary.json``); 1 a failure inside the job (a crashed rank, a stop rule that cannot hold);
-2 a bad spec or command line.
+0 success; 0 also when the run completed but unresponsive workers had to be aborted at shutdown (the master's
+``run`` returns True, says so on stderr and in ``summary.json``, and this module calls ``MPI_Abort(0)``: only an
+abort ends a hung rank); 1 a failure inside the job (a crashed rank, a stop rule that cannot hold); 2 a bad spec or
+command line.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def _role(rank: int) -> str:
     return "master" if rank == 0 else f"worker {rank - 1}"
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: list[str] | None = None) -> bool:
+    """This rank's part of the job; True if the run completed but hung ranks are left that only an abort ends."""
     args = _parser().parse_args(argv)
     world = MPI.COMM_WORLD
     overrides = {k: getattr(args, k) for k in ("iterations", "seed") if getattr(args, k) is not None}
@@ -65,13 +67,13 @@ def run(argv: list[str] | None = None) -> int:
     from .worker import Worker
 
     Worker(comm, cfg, scheme, delay, workload, capacity).run()
-    return 0
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     try:
-        code = run(argv)
+        hung = run(argv)
     except SystemExit as err:        # argparse: --help or a usage error
         if err.code not in (0, None):
             MPI.COMM_WORLD.Abort(2)
@@ -83,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
         time.sleep(0.3)    # let the launcher forward the message before MPI_Abort tears the job down
         MPI.COMM_WORLD.Abort(code)
         return
-    if code == 3:
-        # unresponsive workers: the run is complete and on disk; only MPI_Abort can end the hung ranks
+    if hung:
+        # the run is complete and on disk; only MPI_Abort can end the hung ranks
         MPI.COMM_WORLD.Abort(0)
-    sys.exit(code)
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ delay model and workload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gradcode.errors import ConfigError, check_float, check_int
-from gradcode.sim import evaluates_loss, run_finished
 from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
@@ -36,19 +35,25 @@ class RunConfig:
     time_budget: float | None
     time_scale: float
     grace: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def workers(self) -> int:
         return self.spec.workers
 
-    def evaluates_loss(self, t: int) -> bool:
-        """Is the loss evaluated for the record of iteration ``t``? (The simulator's rule.)"""
-        return evaluates_loss(t, self.iterations, self.loss_every)
+    def run_kwargs(self) -> dict[str, Any]:
+        """The loop's parameters for :class:`gradcode.cluster.Driver` (the simulator's, the same rules)."""
+        return {"iterations": self.iterations, "lr": self.lr, "loss_every": self.loss_every,
+                "target_loss": self.target_loss, "time_budget": self.time_budget}
 
-    def finished(self, rec: dict) -> bool:
-        """Does the run stop after this record? (The simulator's rule.)"""
-        return run_finished(rec, self.target_loss, self.time_budget)
+    def summary_fields(self, unresponsive: list[int], error: str | None) -> dict[str, Any]:
+        """What every MPI run adds to its summary: the cluster, the time unit, workers aborted, the error if any."""
+        fields: dict[str, Any] = {
+            "cluster": "mpi", "time_scale": self.time_scale,
+            "time_unit": "model time units (wall seconds / time_scale)",
+            "unresponsive_workers": unresponsive, "unresponsive_ranks": [i + 1 for i in unresponsive]}
+        if error is not None:
+            fields["error"] = error
+        return fields
 
     def build(self):
         """``(scheme, delay, workload)``, freshly built (every rank does this; it is deterministic)."""

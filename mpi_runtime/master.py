@@ -10,9 +10,10 @@ Iteration ``t``:
    ``late_workers = "finish"``: a late worker starts the newest plan when it is free, ``begin = max(start,
    free)``. Every worker has at most one plan and one receive outstanding, so no buffer is ever written while a
    request points at it.
-2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until
-   ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
-   non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
+2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until the stop
+   policy holds (:class:`gradcode.cluster.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the plan's
+   deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
+   values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
    flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a scaled sum
    (``scheme.sums_messages``: the averaging schemes) has its messages added up as they arrive, during the wait,
@@ -23,15 +24,20 @@ ranks) divided by ``time_scale``, i.e. in model time units, comparable with the 
 master begins handing out plan ``t``, ``end`` when the stop rule held; the master's own work (decode, update,
 sends) lies between one ``end`` and the next ``start``; the loss evaluation for the records is bookkeeping and is
 kept off the clock (``now``), as on the virtual clock. ``ideal_end = start + D_t`` with ``D_t`` the duration the
-simulator's arithmetic gives iteration ``t`` with the same draws and zero overhead, starting from where the workers
-are: a worker still busy is taken to be free when it would finish its plan with zero overhead (the begin of that
-plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal total time, the summary's
-``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only (see ``_ideal``).
+simulator's arithmetic (:func:`gradcode.cluster.master_iteration`) gives iteration ``t`` with the same draws and zero
+overhead, starting from where the workers are: a worker still busy is taken to be free when it would finish its plan
+with zero overhead (the begin of that plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal total
+time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
+(see ``_ideal``).
 
 **Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Receives still
 pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
-Workers that never acknowledged are reported on stderr and in the summary, and the job is aborted (``MPI_Abort``
-with code 0: the run itself completed; its records and summary are on disk before the abort).
+Workers that never acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True:
+``__main__`` then aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are
+on disk before the abort).
+
+The loop, the stop policy, the update, the evaluation and the record are :class:`gradcode.cluster.Driver`'s; this
+class adds how messages move and how the wall clock is read.
 
 **Failures.** If the stop rule can never hold because a worker's model delay is infinite (e.g. ``sync`` with an
 unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason. If no
@@ -41,7 +47,6 @@ fails naming the workers it waits for. Either way the records so far are on disk
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -51,21 +56,19 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.sim import _jsonable, _Run, relative_error, summarize
+from gradcode.cluster import Arrivals, Driver, RecordWriter, SimulationError, master_iteration, write_summary
 
 from . import protocol as P
 from .config import RunConfig
 from .protocol import RunFailure
 
 
-class Master:
+class Master(Driver):
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, out: Path):
-        self.comm, self.cfg, self.scheme, self.delay, self.workload = comm, cfg, scheme, delay, workload
-        self.n = cfg.workers
+        super().__init__(scheme, workload, **cfg.run_kwargs())
+        self.comm, self.cfg, self.delay = comm, cfg, delay
         self.capacity = capacity
         self.scale = cfg.time_scale
-        self.lr = workload.lr if cfg.lr is None else cfg.lr
-        self.w = np.array(workload.init_params(), dtype=float)
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
@@ -78,12 +81,11 @@ class Master:
         # when each worker would be free with zero overhead: the begin of the plan it holds + its emulated time, in
         # wall-clock seconds like the workers' own schedule (the master's model clock stops during evaluations)
         self.expected_free = np.zeros(self.n)
-        self.shadow = _Run(scheme, delay, None, cfg.seed, 0.0, "finish")   # the simulator's own clock arithmetic
         self.out = out
-        self.records: list[dict[str, Any]] = []
         self.unwritten: dict[str, Any] | None = None    # the last record, written during the next iteration's wait
         self.t0 = 0.0
-        self.off_clock = 0.0     # seconds spent in _evaluate so far: not counted by now()
+        self.off_clock = 0.0     # seconds spent in evaluate so far: not counted by now()
+        self.evaluation_s = 0.0  # ... and in this iteration
         self.log = _Log()
 
     def now(self) -> float:
@@ -91,25 +93,24 @@ class Master:
         return (time.perf_counter() - self.t0 - self.off_clock) / self.scale
 
     # --- the run --------------------------------------------------------------------------------------------
-    def run(self) -> int:
+    def run(self) -> bool:
+        """The run; True if workers never acknowledged the STOP, so that only ``MPI_Abort`` can end them."""
         self.out.mkdir(parents=True, exist_ok=True)
         P.warm_up(self.comm, [(buf, i + 1) for i, buf in enumerate(self.send_bufs)],
                   [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)])
         P.wait(self.comm.Ibarrier())
         self.t0 = time.perf_counter()
         error = None
-        with open(self.out / "records.jsonl", "w") as self.records_file:
+        with RecordWriter(self.out / "records.jsonl") as self.writer:
             try:
-                for t in range(self.cfg.iterations):
-                    if self.cfg.finished(self.step(t)):
-                        break
+                super().run()
             except RunFailure as err:
                 error = str(err)
             finally:
                 self._write_record()
         unresponsive = self.shutdown() if error is None else sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
         np.save(self.out / "params.npy", self.w)
-        self.write_summary(error, unresponsive)
+        write_summary(self.out, {**self.summary(), **self.cfg.summary_fields(unresponsive, error)})
         if error is not None:
             raise RunFailure(error)
         if unresponsive:
@@ -117,11 +118,9 @@ class Master:
             self.log(f"workers {unresponsive} (ranks {ranks}) did not answer within the grace period of "
                      f"{self.cfg.grace:g} s: aborting them (records and summary are written)")
             time.sleep(0.3)    # let the launcher forward the message before MPI_Abort
-            return 3
-        return 0
+        return bool(unresponsive)
 
-    def step(self, t: int) -> dict[str, Any]:
-        plan = self.scheme.plan(t)
+    def gather(self, t: int, plan) -> dict[str, Any]:
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
@@ -133,62 +132,47 @@ class Master:
             self._send_plan(int(i), t, plan)
         send_s = time.perf_counter() - tick
         # while the workers compute, off the critical path: their emulated times, and the ideal
-        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
-        self.emulated = compute[0] + comm[0]     # each worker's response time this iteration (model units)
+        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        self.emulated = compute[0] + comm_time[0]     # each worker's response time this iteration (model units)
         self.expected_free[idle] = self.stamp + self.emulated[idle] * self.scale
-        ideal = self._ideal(t, plan, start, free)
+        ideal = self._ideal(t, plan, start, free, compute[0], comm_time[0])
+        ideal_responders = [int(i) for i in ideal.responders]
         self._write_record()
-        responders = self._collect(t, plan, start, ideal["fallback"])
+        responders = self._collect(t, plan, start, self.policy.fallback(ideal_responders))
         end = self.now()
         tick = time.perf_counter()
-        combined, g = self._combine(plan, responders)
-        loss, grad_error, evaluation_s = self._evaluate(t, plan, g)
-        self.w -= self.lr * g
-        used = float(plan.load[responders].sum())
-        self.scheme.adapt(t, combined, elapsed=end - start)
-        master_s = send_s + time.perf_counter() - tick - evaluation_s
-        rec = {
-            "scheme": self.scheme.name, "iteration": t, "start": start, "end": end,
-            "ideal_end": start + ideal["duration"],
-            "responders": [int(i) for i in responders], "load": [float(x) for x in plan.load],
-            "messages": self.stats["sent"], "computed": self.stats["computed"],
-            "wasted": self.stats["computed"] - used,
-            "residual": float(combined.residual), "method": combined.method,
-        }
-        rec.update(self.scheme.record())
-        rec.update(loss=loss, grad_error=grad_error, stale=self.stats["stale"], erasures=self.stats["erasures"],
-                   overruns=self.stats["overruns"], master_us=master_s * 1e6,
-                   evaluation_us=evaluation_s * 1e6, ideal_responders=ideal["responders"])
-        self.records.append(rec)
-        self.unwritten = rec
+        self.evaluation_s = 0.0
+        rec = self.conclude_gather(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start),
+                                   responders=responders, messages=self.stats["sent"],
+                                   computed=self.stats["computed"], combined=self._combine(plan, responders),
+                                   stale=self.stats["stale"], erasures=self.stats["erasures"],
+                                   overruns=self.stats["overruns"], ideal_responders=ideal_responders)
+        master_s = send_s + time.perf_counter() - tick - self.evaluation_s
+        rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
         return rec
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        self.unwritten = rec
 
     def _write_record(self) -> None:
         """Append the last record to records.jsonl and flush it. Called once the next iteration's plans are out
         (so the write is not on the critical path) and when the run ends, so every record reaches the disk."""
         if self.unwritten is not None:
-            self.records_file.write(json.dumps(self.unwritten, default=_jsonable) + "\n")
-            self.records_file.flush()
+            self.writer.write(self.unwritten)
             self.unwritten = None
 
     # --- the shadow clock -----------------------------------------------------------------------------------
-    def _ideal(self, t: int, plan, start: float, free: np.ndarray) -> dict[str, Any]:
+    def _ideal(self, t: int, plan, start: float, free: np.ndarray, compute: np.ndarray,
+               comm_time: np.ndarray) -> Arrivals:
         """The simulator's arithmetic for iteration ``t`` (same draws, zero overhead), from where the workers are:
         the virtual clock is set to this iteration's ``start`` and each worker's free time to when it would finish
         the plan it holds with zero overhead (``expected_free``), so that the ideal charges this iteration's
         overhead alone. (A free-running virtual clock would drift from the real one, and under ``finish`` a late
         worker that catches a plan on one clock and misses it on the other makes the two differ by a whole delay.)"""
-        from gradcode.sim import SimulationError
-
-        self.shadow.clock, self.shadow.free = start, free
         try:
-            rec = self.shadow._master_step(t, plan)
+            return master_iteration(self.policy, plan, start, np.maximum(start, free), compute, comm_time)
         except SimulationError as err:
             raise RunFailure(f"iteration {t}: {err}") from None
-        responders = [int(i) for i in rec["responders"]]
-        fallback = bool(getattr(self.scheme, "exact", False)) and not self.scheme.done(responders)
-        return {"duration": rec["end"] - rec["start"], "responders": responders,
-                "fallback": set(responders) if fallback else None}
 
     # --- sending and receiving ------------------------------------------------------------------------------
     def _send_plan(self, i: int, t: int, plan) -> None:
@@ -206,7 +190,6 @@ class Master:
     def _collect(self, t: int, plan, start: float, fallback: set[int] | None) -> list[int]:
         """Responders of iteration ``t`` in arrival order, until the stop rule holds."""
         responders: list[int] = []
-        deadline = start + plan.deadline if math.isfinite(plan.deadline) else math.inf
         last = time.perf_counter()
         while True:
             arrived = self._arrivals()
@@ -216,10 +199,10 @@ class Master:
                 if self._accept(i, t, plan):
                     responders.append(i)
                     self._add(i, first=len(responders) == 1)
-                    if self._stop(responders, fallback):
+                    if self.policy.holds(responders, fallback):
                         self._late_ones(arrived[arrived.index(i) + 1:], t)
                         return responders
-            if responders and self.now() >= deadline:
+            if self.policy.out_of_time(responders, self.now() - start, plan):
                 return responders
             if time.perf_counter() - last > self.cfg.grace:
                 waiting = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
@@ -228,12 +211,6 @@ class Master:
                     f"without any message ([run] grace); waiting for workers {waiting} "
                     f"(ranks {[i + 1 for i in waiting]}); responders so far {responders}")
             time.sleep(P.POLL)
-
-    def _stop(self, responders: list[int], fallback: set[int] | None) -> bool:
-        if self.scheme.done(responders):
-            return True
-        # an exact code that cannot decode what ever arrives: like the simulator, take all that answer
-        return fallback is not None and fallback <= set(responders)
 
     def _arrivals(self) -> list[int]:
         """Workers whose message completed since the last call, in the order they were sent."""
@@ -284,31 +261,22 @@ class Master:
 
     # --- combine and update ---------------------------------------------------------------------------------
     def _combine(self, plan, responders: list[int]):
-        """The scheme's estimate from the responders' messages, and its real gradient."""
+        """The scheme's estimate from the responders' messages."""
         if self.total is not None:
-            combined = self.scheme.combine_sum(self.total, responders, plan)   # summed as they arrived (_add)
-        else:
-            messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
-                                 for i in responders])
-            combined = self.scheme.combine(messages, responders, plan)
-        return combined, np.real_if_close(np.asarray(combined.gradient))
+            return self.scheme.combine_sum(self.total, len(responders), plan)   # summed as they arrived (_add)
+        messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
+                             for i in responders])
+        return self.scheme.combine(messages, responders, plan)
 
-    def _evaluate(self, t: int, plan, g: np.ndarray) -> tuple[float | None, float | None, float]:
-        """``(loss after the update, relative error of g, seconds taken)``; the first two every ``loss_every``
-        iterations, else None.
-
-        Bookkeeping for the records, not part of any scheme: its time is kept off the clock (``now``), as the
-        virtual clock does not count it either. Workers still late from this iteration run on meanwhile.
-        """
+    def evaluate(self, *args):
+        """The driver's evaluation, timed: bookkeeping for the records, not part of any scheme, so its time is kept
+        off the clock (``now``), as the virtual clock does not count it either. Workers still late from this
+        iteration run on meanwhile."""
         tick = time.perf_counter()
-        loss = grad_error = None
-        if self.cfg.evaluates_loss(t):
-            truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
-            grad_error = relative_error(g, truth)
-            loss = float(self.workload.loss(self.w - self.lr * g))
-        elapsed = time.perf_counter() - tick
-        self.off_clock += elapsed
-        return loss, grad_error, elapsed
+        result = super().evaluate(*args)
+        self.evaluation_s = time.perf_counter() - tick
+        self.off_clock += self.evaluation_s
+        return result
 
     # --- shutdown -------------------------------------------------------------------------------------------
     def shutdown(self) -> list[int]:
@@ -331,18 +299,11 @@ class Master:
             P.wait(stops[i])
         return [int(i) for i in np.flatnonzero(~acked)]
 
-    def write_summary(self, error: str | None, unresponsive: list[int]) -> None:
-        summary = summarize(self.records)
-        if self.records:
-            summary["master_us_median"] = float(np.median([r["master_us"] for r in self.records]))
-            summary["stale_messages"] = int(sum(r["stale"] for r in self.records))
-            summary["erasures"] = int(sum(len(r["erasures"]) for r in self.records))
-            summary["overruns"] = int(sum(len(r["overruns"]) for r in self.records))
-        summary.update(cluster="mpi", time_scale=self.scale, time_unit="model time units (wall seconds / time_scale)",
-                       unresponsive_workers=unresponsive, unresponsive_ranks=[i + 1 for i in unresponsive])
-        if error is not None:
-            summary["error"] = error
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+    def summary_extras(self) -> dict[str, Any]:
+        return {"master_us_median": float(np.median([r["master_us"] for r in self.records])),
+                "stale_messages": int(sum(r["stale"] for r in self.records)),
+                "erasures": int(sum(len(r["erasures"]) for r in self.records)),
+                "overruns": int(sum(len(r["overruns"]) for r in self.records))}
 
 
 def _finite(x: np.ndarray) -> bool:

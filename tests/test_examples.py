@@ -78,17 +78,19 @@ def test_adaptive_k_load_is_first_and_cheapest():
     assert all(akl[3] < r[3] for r in others)              # with the fewest samples computed
 
 
-def test_dropcompute_vectorised_stop_equals_local_stop():
+def test_dropcompute_example_scores_with_the_schemes_rule():
     from gradcode import make_delay
     from gradcode.schemes.dropcompute import local_stop
 
     micro, comm = make_delay("lognormal", comm=dropcompute_scaling.COMM).sample_micro(3, np.arange(20), 8, 12)
-    steps = dropcompute_scaling.Steps(micro, comm)
     for check in dropcompute_scaling.CHECKS:
+        steps = dropcompute_scaling.Steps(micro, comm, check)
+        assert steps.gain(float("inf")) == (1.0, 0.0)
         for tau in (5.0, 12.0, 16.5, 18.0, 30.0):
-            counts, times = steps.stop(tau, check)
-            ref_counts, ref_times = local_stop(micro, tau, check)
-            assert np.array_equal(counts, ref_counts) and np.allclose(times, ref_times)
+            counts, times = local_stop(micro, tau, check)
+            speedup, drop = steps.gain(tau)
+            assert drop == pytest.approx(1 - counts.sum() / counts.size / 12)
+            assert speedup == pytest.approx((1 - drop) * steps.base / np.mean(np.max(times + comm, axis=1)))
 
 
 def test_dropcompute_scaling_matches_reference_and_orders_checks():

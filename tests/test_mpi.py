@@ -196,6 +196,19 @@ def test_dropcompute_auto_tau_same_on_every_rank(tmp_path):
     assert math.isfinite(mpi[-1]["tau"])    # chosen from the All-Gathered times after the recording window
 
 
+def test_a_new_decentralized_scheme_runs_on_mpi_unchanged(tmp_path):
+    """The toy scheme of tests/test_sim.py, named by its import path: mpi_runtime executes its schedule through the
+    declared interface alone (nothing in mpi_runtime knows it), and the run agrees with the simulator."""
+    spec = _spec({"name": "tests.test_sim:FirstChunks", "M": 3, "keep": 2}, iterations=4)
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    sim = _simulated(spec)
+    assert [r["load"] for r in mpi] == [list(r["load"]) for r in sim.records] == [[2.0] * 4] * 4
+    assert all(r["method"] == "toy" and r["drop_rate"] == pytest.approx(1 / 3) for r in mpi)
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+
+
 # --- faults -------------------------------------------------------------------------------------------------
 UNRESPONSIVE = {"name": "unresponsive", "workers": [2], "base": dict(DELAY)}
 

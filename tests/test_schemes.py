@@ -77,7 +77,7 @@ SUMMING = {"sync": {}, "fastest_k": {"k": 3}, "backup": {"b": 2}, "adaptive_k": 
 
 @pytest.mark.parametrize("name", list(SUMMING))
 def test_summing_schemes_combine_the_plain_sum(name):
-    """What the MPI master relies on when it adds messages up as they arrive: combine == combine_sum(sum)."""
+    """What the MPI master relies on when it adds messages up as they arrive: combine == combine_sum(sum, count)."""
     scheme = make_scheme(name, n=6, **SUMMING[name])
     assert scheme.sums_messages
     plan = scheme.plan(0)
@@ -86,7 +86,7 @@ def test_summing_schemes_combine_the_plain_sum(name):
     total = msgs[0].copy()
     for m in msgs[1:]:           # in arrival order, as the master adds them
         total += m
-    got = scheme.combine_sum(total, responders, plan).gradient
+    got = scheme.combine_sum(total, len(responders), plan).gradient
     np.testing.assert_array_equal(got, scheme.combine(msgs, responders, plan).gradient)
     np.testing.assert_allclose(got, (6 / 4) * msgs.sum(axis=0), rtol=1e-15)
 
@@ -194,3 +194,58 @@ def test_reset_restores_state():
     scheme.state.k = 4
     scheme.reset()
     assert scheme.state.k == 1
+
+
+def _started_loop(times, tau, check, fwd):
+    """Micro-batches a worker starts (computes) under the timer: the kept ones plus one the timer interrupts."""
+    clock = 0.0
+    for m, length in enumerate(times):
+        if clock >= tau and check != "idealized":
+            return m                      # checked before the micro-batch: not started
+        if check == "idealized" and clock + length > tau:
+            return m + 1                  # stopped at tau inside it
+        if check == "official" and clock + fwd * length >= tau:
+            return m + 1                  # interrupted after its forward pass
+        clock += length
+    return len(times)
+
+
+@pytest.mark.parametrize("check", ["official", "before_microbatch", "idealized"])
+def test_dropcompute_schedule_is_the_timer_rule(check):
+    """The schedule the clusters execute: kept and stop from local_stop, started from a plain loop, chunk ends
+    clipped at the stop, ready = stop + communication."""
+    rng = np.random.default_rng(7)
+    scheme = make_scheme("dropcompute", n=40, M=12, check=check)
+    micro = 1 + 0.5 * rng.lognormal(-0.5, 1.0, size=(40, 12))
+    comm = rng.uniform(0.5, 1.5, size=40)
+    for tau in (0.5, 5.0, 11.3, 17.0, float("inf")):
+        schedule = scheme.schedule(micro, comm, tau)
+        counts, times = local_stop(micro, tau, check, 1 / 3)
+        np.testing.assert_array_equal(schedule.kept, counts)
+        np.testing.assert_array_equal(schedule.stop, times)
+        assert schedule.started.tolist() == [_started_loop(row, tau, check, 1 / 3) for row in micro]
+        np.testing.assert_array_equal(schedule.ready, times + comm)
+        assert schedule.duration == float(np.max(times + comm))
+        assert schedule.drop_rate == pytest.approx(1 - counts.sum() / counts.size / 12)
+        assert np.all(schedule.chunk_end <= schedule.stop[:, None])
+        kept_ends = schedule.chunk_end[np.arange(12)[None, :] < counts[:, None]]
+        # a kept chunk ends at its cumulative time (up to round-off: the stop may be computed as end - micro)
+        np.testing.assert_allclose(kept_ends, np.cumsum(micro, axis=1)[np.arange(12)[None, :] < counts[:, None]],
+                                   rtol=1e-15)
+    steps = scheme.schedule(micro[None].repeat(3, axis=0), comm[None].repeat(3, axis=0), 11.3)   # many steps at once
+    np.testing.assert_array_equal(steps.kept[2], scheme.schedule(micro, comm, 11.3).kept)
+
+
+def test_decentralized_interface_is_declared():
+    scheme = make_scheme("dropcompute", n=4, M=3, tau=2.2, warmup=0)
+    assert isinstance(scheme, gradcode.schemes._base.DecentralizedScheme) and scheme.decentralized
+    assert not make_scheme("sync", n=4).decentralized and not make_scheme("sync", n=4).exact
+    assert make_scheme("coded", n=6, code="cyclic_mds", s=2).exact
+    plan = scheme.plan(0)
+    schedule = scheme.schedule(np.ones((4, 3)), np.zeros(4), plan.tau)
+    kept = schedule.kept_parts(plan)
+    assert kept.tolist() == [0, 1, 3, 4, 6, 7, 9, 10]       # 2 + 1/3 > tau = 2.2: two kept per worker
+    msgs = np.arange(16.0).reshape(8, 2)
+    # one combine signature: the kept chunks' messages, or their sum and count
+    np.testing.assert_array_equal(scheme.combine(msgs, kept, plan).gradient,
+                                  scheme.combine_sum(msgs.sum(axis=0), len(kept), plan).gradient)

@@ -1,5 +1,5 @@
-"""The simulated cluster: timing against order-statistic theory, DropCompute against REFERENCES section 4, training,
-and common random numbers."""
+"""The simulated cluster: timing against order-statistic theory, DropCompute against the reference table
+(docs/references.md#dropcompute), training, common random numbers, and the seams of the shared driver."""
 
 import math
 
@@ -8,6 +8,8 @@ import pytest
 
 import gradcode
 from gradcode import make_delay, make_scheme, make_workload, simulate
+from gradcode.cluster import StopPolicy, build_record
+from gradcode.schemes._base import Combined, DecentralizedScheme, Plan, Schedule
 from gradcode.sim import SimulationError
 
 
@@ -63,7 +65,7 @@ def test_theory_through_the_delay_model():
     assert got == pytest.approx(expected, rel=0.01)
 
 
-# --- DropCompute: REFERENCES section 4 ------------------------------------------------------------------------
+# --- DropCompute: the reference table -------------------------------------------------------------------------------
 def _dropcompute_speedup(N, taus, check, iterations=400, seed=1):
     M = 12
     delay = make_delay("lognormal", comm=0.1 * M * 1.5)   # communication = 10% of the mean compute (M * 1.5)
@@ -254,3 +256,110 @@ def test_bad_run_parameters():
         simulate(scheme, "exponential", late_workers="sometimes")
     with pytest.raises(gradcode.ConfigError, match="target_loss"):
         simulate(scheme, "exponential", target_loss=1.0)
+
+
+# --- the seams of the shared driver ---------------------------------------------------------------------------
+class FirstChunks(DecentralizedScheme):
+    """A toy decentralized scheme, declared only through the interface: every worker keeps its first ``keep`` of
+    ``M`` chunks, then stops; the kept gradients are averaged to the full sum."""
+
+    name = "first_chunks"
+
+    def __init__(self, n: int, *, M: int = 3, keep: int = 2):
+        super().__init__(n)
+        self.M, self.keep = M, keep
+        self._parts = tuple(tuple(range(i * M, (i + 1) * M)) for i in range(n))
+        self.seen: list[int] = []
+        self.reset()
+
+    def plan(self, t: int) -> Plan:
+        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, float(self.M)),
+                    micro_batches=self.M)
+
+    def micro_times(self, delay, seed, t):
+        micro, comm = delay.sample_micro(seed, t, self.n, self.M)
+        return micro[0], comm[0]
+
+    def schedule(self, micro, comm_time, tau) -> Schedule:
+        end = np.cumsum(micro, axis=-1)
+        kept = np.full(self.n, self.keep)
+        stop = end[:, self.keep - 1]
+        return Schedule(chunk_end=np.minimum(end, stop[:, None]), started=kept, kept=kept, stop=stop,
+                        comm_time=comm_time)
+
+    def combine_sum(self, total, parts, plan) -> Combined:
+        return Combined(total * (plan.k_parts / parts), method="toy")
+
+    def observe(self, t, micro, comm_time) -> None:
+        self.seen.append(t)
+
+
+def test_a_new_decentralized_scheme_runs_through_the_declared_interface(workload):
+    n, M, keep, seed, lr = 4, 3, 2, 5, 0.01
+    delay = make_delay("exponential", comm=0.5)
+    scheme = FirstChunks(n, M=M, keep=keep)
+    res = simulate(scheme, delay, workload, iterations=4, seed=seed, lr=lr)
+    assert scheme.seen == [0, 1, 2, 3]
+    w = np.array(workload.init_params(), dtype=float)
+    kept = [i * M + m for i in range(n) for m in range(keep)]
+    for t, rec in enumerate(res.records):
+        micro, comm = delay.sample_micro(seed, t, n, M)
+        assert rec["end"] - rec["start"] == pytest.approx(np.max(micro[0, :, :keep].sum(axis=1) + comm[0]))
+        assert rec["load"] == [float(keep)] * n and rec["drop_rate"] == pytest.approx(1 - keep / M)
+        assert rec["method"] == "toy" and rec["responders"] == list(range(n))
+        P = workload.gradients(w, t, range(n * M), n * M, None)
+        g = P[kept].sum(axis=0) * (n * M / len(kept))
+        assert rec["grad_error"] == pytest.approx(np.linalg.norm(g - P.sum(axis=0)) / np.linalg.norm(P.sum(axis=0)))
+        w = w - lr * g
+    np.testing.assert_allclose(res.params, w, rtol=1e-12)
+
+
+def test_every_record_comes_from_one_builder(workload):
+    base = build_record(make_scheme("sync", n=2), 0, 0.0, 1.0, ideal_end=1.0, responders=[0, 1], load=[1.0, 1.0],
+                        messages=2, computed=2.0, wasted=0.0, combined=None, loss=None, grad_error=None,
+                        measured={})
+    runs = {
+        "master": simulate(make_scheme("fastest_k", n=6, k=3), "exponential", workload, iterations=3),
+        "vectorised": simulate(make_scheme("fastest_k", n=6, k=3), "exponential", iterations=3,
+                               late_workers="abandon"),
+        "timing": simulate(make_scheme("fastest_k", n=6, k=3), "exponential", iterations=3),
+        "decentralized": simulate(make_scheme("dropcompute", n=6, M=2), "exponential", workload, iterations=3),
+    }
+    for name, res in runs.items():
+        assert set(base) - {"k"} <= set(res.records[0]), name
+    assert set(runs["vectorised"].records[0]) == set(runs["timing"].records[0])
+    assert set(runs["master"].records[0]) - set(runs["timing"].records[0]) == {"busy"}
+    assert set(runs["decentralized"].records[0]) - set(runs["master"].records[0]) == {"drop_rate", "tau", "M"}
+
+
+def test_stop_policy_virtual_and_wall_clock_forms_agree():
+    # the simulator counts the first arrivals that end an iteration; the MPI master checks arrivals one by one
+    for scheme in (make_scheme("coded", n=6, code="fractional_repetition", s=2), make_scheme("backup", n=6, b=2)):
+        policy, plan = StopPolicy(scheme), scheme.plan(0)
+        for seed in range(20):
+            arrive = np.random.default_rng(seed).exponential(size=6)
+            order = np.argsort(arrive)
+            m = policy.count(order, arrive, 0.0, plan)
+            responders: list[int] = []
+            for i in order:
+                responders.append(int(i))
+                if policy.holds(responders, None):
+                    break
+            assert len(responders) == m
+    # an exact code whose answering workers cannot decode: all that answer, and the wall clock waits for the same
+    scheme = make_scheme("coded", n=6, code="cyclic_mds", s=2)
+    policy = StopPolicy(scheme)
+    arrive = np.array([1.0, np.inf, 2.0, np.inf, np.inf, np.inf])
+    order = np.array([0, 2])
+    assert policy.count(order, arrive, 0.0, scheme.plan(0)) == 2
+    fallback = policy.fallback([0, 2])
+    assert fallback == {0, 2}
+    assert not policy.holds([0], fallback) and policy.holds([0, 2], fallback)
+    assert policy.fallback([0, 1, 2, 3]) is None       # decodable: no fallback
+    with pytest.raises(SimulationError, match=r"\[1, 3, 4, 5\]"):
+        StopPolicy(make_scheme("sync", n=6)).count(order, arrive, 0.0, scheme.plan(0))
+    # a deadline cuts at the last arrival in time, once one has arrived
+    approx = make_scheme("coded", n=6, code="expander", s=2, deadline=1.5)
+    arrive = np.array([1.0, 2.0, 0.5, 3.0, 1.4, 9.0])
+    assert StopPolicy(approx).count(np.argsort(arrive), arrive, 0.0, approx.plan(0)) == 3
+    assert StopPolicy.out_of_time([2], 1.5, approx.plan(0)) and not StopPolicy.out_of_time([], 9.0, approx.plan(0))

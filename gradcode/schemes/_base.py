@@ -1,7 +1,8 @@
-"""The scheme interface: the four answers of DESIGN.md that every straggler-mitigation method gives.
+"""The scheme interface: the four answers every straggler-mitigation method gives
+(``docs/design.md#the-scheme-interface``).
 
 1. **plan** (:meth:`Scheme.plan`): what each worker computes at iteration ``t`` - its partitions, its load, and for
-   DropCompute the micro-batches and the local time limit;
+   a decentralized scheme the chunks (micro-batches) and the local time limit;
 2. **encode** (:meth:`Scheme.message`): how worker ``i`` turns its partial gradients into its one message;
 3. **stop** (:meth:`Scheme.done` / :meth:`Scheme.stop_index`): may the iteration end with these responders?
 4. **combine and adapt** (:meth:`Scheme.combine`, :meth:`Scheme.adapt`): the gradient estimate from the received
@@ -11,6 +12,9 @@ A scheme keeps its hyper-parameters (``self.params``, fixed and validated on con
 changes during a run (``self.state``, restored by :meth:`Scheme.reset`), and reports that state in every record
 (:meth:`Scheme.record`). Schemes know nothing of clocks or MPI: the simulated cluster (``gradcode.sim``) and the MPI
 cluster (``mpi_runtime``) drive the same objects.
+
+A :class:`DecentralizedScheme` (DropCompute) has no master: each worker runs its chunks under a local rule, which the
+scheme returns as a :class:`Schedule` for the clusters to execute, and an All-Reduce sums what the workers kept.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ class Plan:
     ``parts[i]`` are the data partitions worker ``i`` computes, out of ``k_parts`` partitions of the data, each on a
     mini-batch of ``batch`` samples (``None``: the whole partition). ``load[i]`` is worker ``i``'s computation in
     units of the delay model (one unit = one partition's mini-batch at the run's reference batch size).
-    ``micro_batches`` > 0 marks a decentralized micro-batch plan (DropCompute): worker ``i``'s micro-batch ``m`` is
-    partition ``i * micro_batches + m``, and ``tau`` is its local time limit (``inf``: no limit).
+    ``micro_batches`` > 0 marks a decentralized plan: worker ``i`` computes the chunks ``parts[i]`` in order, one
+    partition each, and ``tau`` is its local time limit (``inf``: no limit).
     """
 
     t: int
@@ -56,17 +60,25 @@ class Combined:
 
 
 class Scheme:
-    """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` and ``combine``."""
+    """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` (or ``stop_count``) and ``combine`` (or
+    ``combine_sum``)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
-    decentralized: ClassVar[bool] = False
-    #: True if ``combine(messages, F, plan)`` equals ``combine_sum(messages.sum(axis=0), F, plan)``: a cluster may
-    #: then add the messages up as they arrive (the MPI master does, to keep the sum off the critical path).
-    sums_messages: ClassVar[bool] = False
     #: True if the constructor passes parameters it does not name on to something it builds (a coded scheme's code,
     #: which checks them), so a spec's unknown keys are not rejected here.
     forwards_params: ClassVar[bool] = False
+
+    # --- what a cluster asks of a scheme (declared here, so no cluster probes with getattr) --------------------
+    #: True for a scheme without a master (a :class:`DecentralizedScheme`): the cluster runs its :class:`Schedule`
+    #: and an All-Reduce instead of handing plans out and waiting for messages.
+    decentralized: ClassVar[bool] = False
+    #: True if ``combine(messages, F, plan)`` equals ``combine_sum(messages.sum(axis=0), len(F), plan)``: a cluster
+    #: may then add the messages up as they arrive (the MPI master does, to keep the sum off the critical path).
+    sums_messages: ClassVar[bool] = False
+    #: True if the stop rule waits for a decodable set: when the workers that ever answer cannot decode, a cluster
+    #: takes them all and the decoder falls back (the record's ``method`` says so) instead of failing.
+    exact: bool = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)
@@ -152,7 +164,14 @@ class Scheme:
 
     # --- 4. combine and adapt -------------------------------------------------------------------------------
     def combine(self, messages: np.ndarray, responders, plan: Plan) -> Combined:
-        raise NotImplementedError
+        """The estimate from the ``(len(responders), d)`` messages; by default from their plain sum
+        (:meth:`combine_sum`). A scheme that decodes overrides this."""
+        return self.combine_sum(np.asarray(messages).sum(axis=0), len(responders), plan)
+
+    def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
+        """The estimate from ``total``, the plain sum of the gradients of ``parts`` partitions (one per message of an
+        averaging scheme, one per kept chunk of a decentralized one)."""
+        raise NotImplementedError(f"{self.name} combines its messages one by one, not their sum")
 
     def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:
         """Learn from iteration ``t`` (its estimate and its duration). Most schemes learn nothing."""
@@ -163,6 +182,74 @@ class Scheme:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n})"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What every worker does in one decentralized step, vectorised over the ``n`` workers (``M`` chunks each).
+
+    Worker ``i`` computes its chunks in order from the step's start; it starts ``started[i]`` of them, chunk ``m``
+    ending at ``chunk_end[i, m]`` (model time since the start; a chunk the local rule interrupts ends at the stop),
+    keeps the gradients of the first ``kept[i]`` (an interrupted chunk's work is wasted), stops computing at
+    ``stop[i]`` and is ready for the All-Reduce ``comm_time[i]`` later. The step lasts ``max_i(stop_i +
+    comm_time_i)``. A cluster executes this and never re-derives the rule.
+    """
+
+    chunk_end: np.ndarray
+    started: np.ndarray
+    kept: np.ndarray
+    stop: np.ndarray
+    comm_time: np.ndarray
+
+    @property
+    def ready(self) -> np.ndarray:
+        """When each worker's contribution is ready: ``stop + comm_time``."""
+        return self.stop + self.comm_time
+
+    @property
+    def duration(self) -> float:
+        """The step's length with zero overhead, ``max_i(stop_i + comm_time_i)`` (the All-Reduce waits for all)."""
+        return float(np.max(self.ready))
+
+    @property
+    def drop_rate(self) -> float:
+        """The fraction of chunks whose gradient was not kept: ``1 - sum(kept) / (n * M)``."""
+        return 1.0 - float(self.kept.sum()) / self.chunk_end.size
+
+    def units(self, load: np.ndarray) -> np.ndarray:
+        """Load units each worker kept, from the plan's ``load`` of all ``M`` chunks."""
+        return self.kept * (load / self.chunk_end.shape[1])
+
+    def kept_parts(self, plan: Plan) -> np.ndarray:
+        """The partitions whose gradients are kept, worker by worker, in chunk order."""
+        mask = np.arange(self.chunk_end.shape[1])[None, :] < self.kept[:, None]
+        return np.asarray(plan.parts)[mask]
+
+
+class DecentralizedScheme(Scheme):
+    """A scheme with no master: every worker computes its chunks under a local rule (:meth:`schedule`), then one
+    All-Reduce sums ``[gradients of the kept chunks, chunks kept]`` and every worker applies :meth:`combine_sum`.
+
+    A subclass plans ``micro_batches`` chunks per worker (``plan.parts[i]``, one partition each) and implements
+    :meth:`micro_times` and :meth:`schedule`; :meth:`observe` lets it learn from the step's times. Both clusters
+    call these three alone, so a new decentralized scheme needs no change to either.
+    """
+
+    decentralized = True
+
+    def micro_times(self, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Step ``t``'s chunk times ``(n, M)`` and communication times ``(n,)`` from the delay model."""
+        raise NotImplementedError
+
+    def schedule(self, micro: np.ndarray, comm_time: np.ndarray, tau: float) -> Schedule:
+        """The local rule: what each worker does given its chunk times and the plan's limit ``tau``."""
+        raise NotImplementedError
+
+    def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:
+        """Learn from step ``t``'s times (every worker sees the same, so every worker learns the same)."""
+
+    def stop_count(self) -> int:
+        return self.n   # All-Reduce: every worker takes part
 
 
 def check_k(k, n: int, what: str = "k") -> int:

@@ -107,7 +107,6 @@ class AdaptiveKLoad(_Averaging):
 
     name = "adaptive_k_load"
     description = "adapts k and the per-worker batch together, staged by effective batch k*b"
-    needs_delay = True
 
     def __init__(self, n: int, *, batch: int = 16, stages: list[int] | None = None, burn_in: int = 10,
                  threshold: float = 0.0, delay=None):

@@ -2,7 +2,7 @@
 local timer passes ``tau``, then the usual All-Reduce follows. Decentralized: no master decides anything.
 
 Every worker runs ``M`` micro-batches per step (gradient accumulation); worker ``i``'s micro-batch ``m`` is data
-partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (REFERENCES section 4):
+partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (``docs/references.md#dropcompute``):
 
 - ``official`` (the official code): before each micro-batch and again between its forward and backward pass
   (forward = ``forward_share`` of the micro-batch); a micro-batch interrupted after its forward is wasted;
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import Combined, Plan, Scheme
+from ._base import Combined, DecentralizedScheme, Plan, Schedule
 
 CHECKS = ("official", "before_microbatch", "idealized")
 
@@ -89,13 +89,12 @@ class DropComputeState:
     recorded: list = field(default_factory=list)   # (micro (N, M), comm (N,)) of the recording window
 
 
-class DropCompute(Scheme):
+class DropCompute(DecentralizedScheme):
     """DropCompute: ``M`` micro-batches per worker, local threshold ``tau`` (a number, ``"auto"`` or ``None`` for
     no limit). See the module docstring for the timer semantics and the automatic threshold."""
 
     name = "dropcompute"
     description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
-    decentralized = True
 
     def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
                  record_steps: int = 40, candidates: int = 200, check: str = "official",
@@ -108,8 +107,7 @@ class DropCompute(Scheme):
         else:
             self.tau = check_float("tau", tau, low=0.0, low_open=True)
         if normalize not in ("total", "computed"):
-            raise ConfigError(f"dropcompute: normalize must be 'total' (divide by N*M) or 'computed', "
-                              f"got {normalize!r}")
+            raise ConfigError(f"dropcompute: normalize must be 'total' or 'computed', got {normalize!r}")
         if check not in CHECKS:
             raise ConfigError(f"dropcompute: check must be one of {', '.join(CHECKS)}, got {check!r}")
         if auto_rule not in ("replay", "official"):
@@ -140,30 +138,36 @@ class DropCompute(Scheme):
     def micro_times(self, delay, seed: int, t: int) -> tuple[np.ndarray, np.ndarray]:
         """Iteration ``t``'s micro-batch times ``(n, M)`` and communication ``(n,)``: the delay model's draws, each
         micro-batch ``micro_load`` units of work. Both clusters call this, so they see the same times."""
-        micro, comm = delay.sample_micro(seed, t, self.n, self.M)
-        return micro[0] * self.micro_load, comm[0]
+        micro, comm_time = delay.sample_micro(seed, t, self.n, self.M)
+        return micro[0] * self.micro_load, comm_time[0]
 
-    def local_stop(self, micro: np.ndarray, tau: float):
-        """``(counts, compute times)`` of the workers given their micro-batch times ``(N, M)``."""
-        return local_stop(micro, tau, self.check, self.forward_share)
+    def schedule(self, micro: np.ndarray, comm_time: np.ndarray, tau: float) -> Schedule:
+        """The timer rule of ``check`` (:func:`local_stop`) as a schedule: a micro-batch the timer interrupts (after
+        its forward pass, or at ``tau`` when idealized) was started, but its work is dropped. Leading axes of
+        ``micro`` (..., n, M) and ``comm_time`` (..., n) are kept, so many steps can be scheduled at once."""
+        kept, stop = local_stop(micro, tau, self.check, self.forward_share)
+        end = np.cumsum(micro, axis=-1)
+        with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
+            begin = end - micro
+        at = np.take_along_axis(begin, np.minimum(kept, self.M - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
+        interrupted = (kept < self.M) & (stop > at)
+        return Schedule(chunk_end=np.minimum(end, stop[..., None]), started=kept + interrupted, kept=kept, stop=stop,
+                        comm_time=comm_time)
 
-    def stop_count(self) -> int:
-        return self.n   # All-Reduce: every worker takes part
+    def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
+        """The update direction from the All-Reduced gradient sum of ``parts`` micro-batches: ``'total'``, the sum as
+        is (a dropped micro-batch counts as a zero gradient); ``'computed'``, rescaled by ``N*M / parts``."""
+        scale = 1.0 if self.normalize == "total" else (plan.k_parts / parts if parts else 0.0)
+        return Combined(np.asarray(total) * scale, method=self.normalize)
 
-    def combine_sum(self, total: np.ndarray, computed: int, plan: Plan) -> Combined:
-        """The update direction from the All-Reduced gradient sum and micro-batch count."""
-        scale = 1.0 if self.normalize == "total" else (self.n * self.M / computed if computed else 0.0)
-        drop = 1.0 - computed / (self.n * self.M)
-        return Combined(np.asarray(total) * scale, method=self.normalize, info={"drop_rate": drop})
-
-    def observe(self, t: int, micro: np.ndarray, comm: np.ndarray) -> None:
+    def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:
         """Record the step's micro-batch times (the automatic threshold's window), and choose ``tau`` after it.
 
-        Every rank calls this with the same gathered times, so every rank chooses the same ``tau``.
+        Every rank draws the same times (same seed) and calls this, so every rank chooses the same ``tau``.
         """
         if self.tau != "auto" or not (self.warmup <= t < self.warmup + self.record_steps):
             return
-        self.state.recorded.append((np.array(micro, dtype=float), np.array(comm, dtype=float)))
+        self.state.recorded.append((np.array(micro, dtype=float), np.array(comm_time, dtype=float)))
         if len(self.state.recorded) == self.record_steps:
             micro_all = np.stack([m for m, _ in self.state.recorded])
             comm_all = np.stack([c for _, c in self.state.recorded])

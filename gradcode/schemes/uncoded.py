@@ -2,7 +2,7 @@
 
 Each of the ``n`` workers computes one partition of the data (``k_parts = n``) and sends the plain sum of its
 partial gradient. The master averages what it waits for, rescaled to the full gradient:
-``g_hat = (n / m) * sum_{i in F} g_i`` for ``m = |F|`` responders (REFERENCES section 3).
+``g_hat = (n / m) * sum_{i in F} g_i`` for ``m = |F|`` responders (``docs/references.md#uncoded-schemes``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ class _Averaging(Scheme):
     def messages(self, partials, responders, plan: Plan) -> np.ndarray:
         return partials[np.asarray(responders)]   # worker i holds partition i alone
 
-    def combine(self, messages, responders, plan: Plan) -> Combined:
-        return self.combine_sum(np.asarray(messages).sum(axis=0), responders, plan)
-
-    def combine_sum(self, total: np.ndarray, responders, plan: Plan) -> Combined:
-        """The estimate from the plain sum of the responders' messages: ``(k_parts / m) * total``."""
-        return Combined(total * (plan.k_parts / len(responders)), method="average")
+    def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
+        """The estimate from the plain sum of ``parts`` responders' messages: ``(k_parts / parts) * total``."""
+        return Combined(total * (plan.k_parts / parts), method="average")
 
 
 class Sync(_Averaging):

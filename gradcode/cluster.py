@@ -1,0 +1,356 @@
+"""What every cluster does the same way: the loop, the stop policy, evaluation, the record, its writing, the summary.
+
+A cluster is "how time passes and how messages move": the simulated cluster (:mod:`gradcode.sim`) advances a virtual
+clock, the MPI cluster (:mod:`mpi_runtime`) reads the wall clock and moves bytes. Both subclass :class:`Driver`, which
+runs one loop (``docs/design.md#clusters``)::
+
+    plan -> the cluster executes it (gather / all_reduce) -> stop policy -> combine -> w -= lr * g -> adapt ->
+    evaluate -> record -> write -> run finished? -> summary
+
+so a record field (``docs/design.md#records``) or a stop rule changes here, once. The virtual clock's arithmetic of
+one iteration (:func:`master_iteration`, :func:`all_reduce_schedule`) is public: the MPI cluster computes its ideal,
+zero-overhead times with it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import GradcodeError
+from .schemes._base import Combined, Plan, Schedule, Scheme
+
+
+class SimulationError(GradcodeError):
+    """A run that cannot go on (for example, a scheme that waits for a worker that never answers)."""
+
+
+# --- run rules ------------------------------------------------------------------------------------------------
+def default_lr(lr: float | None, workload) -> float:
+    """The step size: ``lr`` if given, else the workload's own (0 for a timing-only run)."""
+    if lr is not None:
+        return lr
+    return workload.lr if workload is not None else 0.0
+
+
+def evaluates_loss(t: int, iterations: int, loss_every: int) -> bool:
+    """Is the full loss evaluated after iteration ``t``? Every ``loss_every``-th iteration and the last (both
+    clusters use this rule, so their records have losses at the same iterations)."""
+    return t % loss_every == 0 or t == iterations - 1
+
+
+def run_finished(rec: dict[str, Any] | None, target_loss: float | None, time_budget: float | None) -> bool:
+    """Does the run stop after this record: time budget spent, or target loss reached?"""
+    if rec is None:
+        return False
+    if time_budget is not None and rec["end"] >= time_budget:
+        return True
+    return target_loss is not None and rec["loss"] is not None and rec["loss"] <= target_loss
+
+
+def relative_error(estimate: np.ndarray, truth: np.ndarray) -> float:
+    """``||estimate - truth|| / ||truth||`` (0 when the truth is 0): the records' ``grad_error``."""
+    norm = np.linalg.norm(truth)
+    return float(np.linalg.norm(estimate - truth) / norm) if norm > 0 else 0.0
+
+
+# --- the stop policy ------------------------------------------------------------------------------------------
+class StopPolicy:
+    """When a master iteration ends: when the scheme's stop rule holds (``done`` / ``stop_index``), or at the plan's
+    deadline once a message has arrived. An exact code whose workers that ever answer cannot decode takes them all
+    (the decoder falls back and the record's ``method`` says so); any other unmeetable rule is an error.
+
+    :meth:`count` is the virtual clock's form (every arrival time known in advance), :meth:`holds` and
+    :meth:`out_of_time` the wall clock's (arrivals one at a time, with the fallback set the virtual clock found).
+    """
+
+    def __init__(self, scheme: Scheme):
+        self.scheme = scheme
+
+    def count(self, order: np.ndarray, arrive: np.ndarray, start: float, plan: Plan) -> int:
+        """How many first arrivals of ``order`` (workers by arrival time ``arrive``) end the iteration."""
+        m = self.scheme.stop_index(order)
+        if math.isfinite(plan.deadline):
+            in_time = int(np.searchsorted(arrive[order], start + plan.deadline, side="right"))
+            m = max(1, min(m, in_time)) if m is not None else max(1, in_time)
+            m = min(m, len(order))
+        if m is None or m == 0:
+            if len(order) and self.scheme.exact:
+                return len(order)  # all that ever answer: the decoder falls back (auto) and reports it
+            silent = sorted(set(range(self.scheme.n)) - set(order.tolist()))
+            raise SimulationError(
+                f"{self.scheme.name}: the stop rule cannot be met; workers {silent} never answer (infinite delay)"
+            )
+        return m
+
+    def fallback(self, responders: list[int]) -> set[int] | None:
+        """The responders the virtual clock ended with, if they are an exact code's fallback (not decodable)."""
+        return set(responders) if self.scheme.exact and not self.scheme.done(responders) else None
+
+    def holds(self, responders: list[int], fallback: set[int] | None) -> bool:
+        """May the iteration end with these responders (in arrival order)?"""
+        if self.scheme.done(responders):
+            return True
+        return fallback is not None and fallback <= set(responders)
+
+    @staticmethod
+    def out_of_time(responders: list[int], elapsed: float, plan: Plan) -> bool:
+        """Has the plan's deadline passed, ``elapsed`` after the start, with at least one responder?"""
+        return bool(responders) and elapsed >= plan.deadline
+
+
+# --- the virtual clock's arithmetic of one iteration ----------------------------------------------------------
+@dataclass
+class Arrivals:
+    """One master iteration on the virtual clock: worker ``i`` begins at ``begin[i]``, its message arrives at
+    ``arrive[i]``; the first ``responders`` end it at ``end``; ``started`` workers took up the plan before then."""
+
+    start: float
+    end: float
+    begin: np.ndarray
+    arrive: np.ndarray
+    responders: np.ndarray
+    started: np.ndarray
+
+
+def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray,
+                     comm: np.ndarray) -> Arrivals:
+    """Arrivals ``begin + compute + comm`` (the delay model's draws), ended by the stop policy."""
+    arrive = begin + compute + comm
+    order = np.argsort(arrive, kind="stable")
+    order = order[np.isfinite(arrive[order])]
+    responders = order[:policy.count(order, arrive, start, plan)]
+    end = float(arrive[responders[-1]])
+    return Arrivals(start, end, begin, arrive, responders, begin < end)
+
+
+def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
+    """Step ``t``'s chunk times and the scheme's schedule for them; an error if the All-Reduce can never end."""
+    micro, comm = scheme.micro_times(delay, seed, t)
+    schedule = scheme.schedule(micro, comm, plan.tau)
+    if not np.all(np.isfinite(schedule.ready)):
+        silent = np.flatnonzero(~np.isfinite(schedule.ready)).tolist()
+        raise SimulationError(f"{scheme.name}: All-Reduce cannot finish; workers {silent} never answer")
+    return micro, schedule
+
+
+# --- records --------------------------------------------------------------------------------------------------
+def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end: float, responders, load,
+                 messages: int, computed: float, wasted: float, combined: Combined | None, loss: float | None,
+                 grad_error: float | None, measured: dict[str, Any], as_lists: bool = True) -> dict[str, Any]:
+    """The one record of iteration ``t`` (``docs/design.md#records``): times, responders, loads, work, decoding,
+    what the cluster ``measured`` besides, the scheme's state, loss and gradient error.
+
+    Timing-only records keep ``responders`` and ``load`` as numpy arrays (``as_lists=False``, written out as lists):
+    at ``n = 10,000`` Python lists would cost more than the simulation itself.
+    """
+    rec = {
+        "scheme": scheme.name,
+        "iteration": t,
+        "start": start,
+        "end": end,
+        "ideal_end": ideal_end,
+        "responders": [int(i) for i in responders] if as_lists else responders,
+        "load": [float(x) for x in load] if as_lists else load,
+        "messages": messages,
+        "computed": computed,
+        "wasted": wasted,
+        "residual": None if combined is None else float(combined.residual),
+        "method": None if combined is None else combined.method,
+    }
+    rec.update(measured)
+    rec.update(scheme.record())
+    rec["loss"] = loss
+    rec["grad_error"] = grad_error
+    return rec
+
+
+def jsonable(x):
+    """``json.dumps``'s ``default``: numpy arrays and scalars as Python lists and numbers."""
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+class RecordWriter:
+    """Appends records to a JSONL file, one flushed line each, so a run cut short keeps every finished iteration."""
+
+    def __init__(self, path: str | Path):
+        self.file = open(path, "w")
+
+    def write(self, rec: dict[str, Any]) -> None:
+        self.file.write(json.dumps(rec, default=jsonable) + "\n")
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_summary(folder: str | Path, summary: dict[str, Any]) -> Path:
+    """``summary.json`` in ``folder``."""
+    path = Path(folder) / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=jsonable) + "\n")
+    return path
+
+
+def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None) -> dict[str, Any]:
+    """Aggregate a run's records (never recomputes what the cluster measured)."""
+    if not records:
+        return {"iterations": 0}
+    durations = np.array([r["end"] - r["start"] for r in records])
+    losses = [r["loss"] for r in records if r.get("loss") is not None]
+    residuals = [r["residual"] for r in records if r.get("residual") is not None]
+    summary: dict[str, Any] = {
+        "scheme": records[0]["scheme"],
+        "iterations": len(records),
+        "total_time": float(records[-1]["end"] - records[0]["start"]),
+        "ideal_total_time": float(sum(r["ideal_end"] - r["start"] for r in records)),
+        "mean_iteration_time": float(durations.mean()),
+        "p50_iteration_time": float(np.percentile(durations, 50)),
+        "p95_iteration_time": float(np.percentile(durations, 95)),
+        "computed": float(sum(r["computed"] for r in records)),
+        "wasted": float(sum(r["wasted"] for r in records)),
+        "messages": int(sum(r["messages"] for r in records)),
+        "mean_residual": float(np.mean(residuals)) if residuals else None,
+        "final_loss": losses[-1] if losses else None,
+    }
+    ideal = summary["ideal_total_time"]
+    # measured over ideal: 1 on the virtual clock; on MPI, the runtime's overhead
+    summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
+    summary["median_overhead_ratio"] = float(np.median(
+        [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in records]))
+    if target_loss is not None:
+        hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
+        summary["target_loss"] = target_loss
+        summary["time_to_target"] = hit
+    return summary
+
+
+# --- the driver -----------------------------------------------------------------------------------------------
+class Driver:
+    """The loop of every cluster. A subclass says how time passes and how messages move: :meth:`gather` runs a
+    master/worker iteration and :meth:`all_reduce` a decentralized step, each ending with :meth:`conclude_gather` /
+    :meth:`conclude_all_reduce` (update, adapt, evaluate, record); it may override :meth:`emit` (where records go),
+    :meth:`finished` and :meth:`summary_extras`.
+
+    ``w`` is the model (``None`` for a timing-only run); ``recording`` is False in a process that takes part but
+    keeps no records (an All-Reduce peer other than rank 0): it updates its model but evaluates nothing.
+    """
+
+    recording = True
+
+    def __init__(self, scheme: Scheme, workload, *, iterations: int, lr: float | None = None, loss_every: int = 1,
+                 target_loss: float | None = None, time_budget: float | None = None):
+        self.scheme, self.workload = scheme, workload
+        self.n = scheme.n
+        self.iterations, self.loss_every = iterations, loss_every
+        self.target_loss, self.time_budget = target_loss, time_budget
+        self.lr = default_lr(lr, workload)
+        self.w = None if workload is None else np.array(workload.init_params(), dtype=float)
+        self.policy = StopPolicy(scheme)
+        self.records: list[dict[str, Any]] = []
+
+    # --- the loop -----------------------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        """Iterations until ``iterations`` are done, the time budget is spent or the target loss is reached."""
+        for t in range(self.iterations):
+            if self.finished(self.step(t)):
+                break
+        return self.records
+
+    def step(self, t: int) -> dict[str, Any] | None:
+        """One iteration: the plan, executed by the cluster; its record (None where nothing is recorded)."""
+        plan = self.scheme.plan(t)
+        rec = self.all_reduce(t, plan) if self.scheme.decentralized else self.gather(t, plan)
+        if rec is not None:
+            self.records.append(rec)
+            self.emit(rec)
+        return rec
+
+    def finished(self, rec: dict[str, Any] | None) -> bool:
+        return run_finished(rec, self.target_loss, self.time_budget)
+
+    def emit(self, rec: dict[str, Any]) -> None:
+        """A finished record leaves the loop (to a file, a callback, ...)."""
+
+    def summary(self) -> dict[str, Any]:
+        summary = summarize(self.records, target_loss=self.target_loss)
+        if self.records:
+            summary.update(self.summary_extras())
+        return summary
+
+    def summary_extras(self) -> dict[str, Any]:
+        """What the cluster adds to the summary (counts of what it measured)."""
+        return {}
+
+    # --- what the cluster does ------------------------------------------------------------------------------------
+    def gather(self, t: int, plan: Plan) -> dict[str, Any] | None:
+        raise NotImplementedError(f"{type(self).__name__} runs no master/worker scheme")
+
+    def all_reduce(self, t: int, plan: Plan) -> dict[str, Any] | None:
+        raise NotImplementedError(f"{type(self).__name__} runs no decentralized scheme")
+
+    # --- the common tail of an iteration --------------------------------------------------------------------------
+    def conclude_gather(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, responders,
+                        messages: int, computed: float, combined: Combined | None, truth: np.ndarray | None = None,
+                        **measured) -> dict[str, Any] | None:
+        """After a master iteration: update, adapt, evaluate, and the record. ``computed`` is the load the workers
+        took up (``messages`` plans); what the responders did not carry was ``wasted``."""
+        loss, grad_error = self._update(t, plan, combined, truth)
+        if combined is not None:
+            self.scheme.adapt(t, combined, elapsed=end - start)
+        if not self.recording:
+            return None
+        used = float(plan.load[responders].sum())
+        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
+                            messages=messages, computed=computed, wasted=computed - used, combined=combined,
+                            loss=loss, grad_error=grad_error, measured=measured, as_lists=self.w is not None)
+
+    def conclude_all_reduce(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float,
+                            schedule: Schedule, micro: np.ndarray, combined: Combined | None,
+                            truth: np.ndarray | None = None, **measured) -> dict[str, Any] | None:
+        """After a decentralized step: update, observe, evaluate, and the record (every worker responds; its load
+        is what it kept, ``drop_rate`` the share of chunks dropped)."""
+        loss, grad_error = self._update(t, plan, combined, truth)
+        self.scheme.observe(t, micro, schedule.comm_time)
+        if not self.recording:
+            return None
+        units = schedule.units(plan.load)
+        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
+                            load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
+                            loss=loss, grad_error=grad_error, measured={"drop_rate": schedule.drop_rate, **measured},
+                            as_lists=self.w is not None)
+
+    def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):
+        """``w -= lr * g``; returns ``(loss, grad_error)`` (None, None in a timing-only run)."""
+        if combined is None:
+            return None, None
+        g = combined.gradient
+        result = self.evaluate(t, plan, g, truth)
+        self.w -= self.lr * g     # in place: no new model-sized array per iteration
+        return result
+
+    def evaluate(self, t: int, plan: Plan, g: np.ndarray, truth: np.ndarray | None):
+        """``(loss after the update, relative error of g)``: the loss on evaluation iterations
+        (:func:`evaluates_loss`); the gradient error whenever the cluster had the full gradient ``truth`` for free,
+        else on evaluation iterations (it costs a gradient over all partitions)."""
+        if not self.recording:
+            return None, None
+        with_loss = evaluates_loss(t, self.iterations, self.loss_every)
+        if truth is None and with_loss:
+            truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
+        grad_error = None if truth is None else relative_error(g, truth)
+        return (float(self.workload.loss(self.w - self.lr * g)) if with_loss else None), grad_error
