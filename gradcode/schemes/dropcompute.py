@@ -96,6 +96,8 @@ class DropCompute(Scheme):
     name = "dropcompute"
     description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
     decentralized = True
+    adapts = ("tau",)
+    timeline_rank = 6
 
     def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
                  record_steps: int = 40, candidates: int = 200, check: str = "official",
