@@ -75,7 +75,10 @@ def _list(args) -> int:
         for name, text in registry.list().items():
             print(f"  {name:<22} {text}")
             if args.params:
-                about = registry.describe(name)
+                try:
+                    about = registry.describe(name)
+                except GradcodeError:   # a broken plugin: its line above says why
+                    continue
                 print("      " + (", ".join(_param(p) for p in about.params) or "(no parameters)")
                       + (f"; any other key: {about.forwarded}" if about.forwarded else ""))
     return 0

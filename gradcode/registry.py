@@ -5,8 +5,9 @@ a class work for every kind, in the Python API and in a spec:
 
 - a built-in name (``"cyclic_mds"``, ``"fastest_k"``, ``"pareto"``, ``"least_squares"``), imported on first use so
   that ``import gradcode`` stays fast;
-- an import path ``"package.module:ClassName"``: a user's subclass of the public base class, in any importable
-  module, with no edit to gradcode;
+- an import path ``"package.module:ClassName"``: a user's subclass of the public base class, with no edit to
+  gradcode, in a module on ``sys.path`` or in a folder given to :func:`add_user_dirs` (a spec adds its own folder
+  and the working directory; subprocesses and MPI ranks get them on ``PYTHONPATH``);
 - the name of an installed plugin, declared as an entry point in the group ``gradcode.codes``,
   ``gradcode.schemes``, ``gradcode.delays`` or ``gradcode.workloads``.
 
@@ -167,8 +168,14 @@ class Registry:
 
     # --- describing -----------------------------------------------------------------------------------------
     def list(self) -> dict[str, str]:
-        """Every name with its one-line description."""
-        return {name: summary_of(self.get(name)) for name in self.names()}
+        """Every name with its one-line description (a plugin that fails to load says why, in its place)."""
+        return {name: self._summary(name) for name in self.names()}
+
+    def _summary(self, name: str) -> str:
+        try:
+            return summary_of(self.get(name))
+        except ConfigError as err:
+            return f"(broken: {err})"
 
     def describe(self, name) -> Description:
         cls = self.get(name)

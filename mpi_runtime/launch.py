@@ -21,9 +21,9 @@ BLAS thread per core each.
 
 **Several hosts.** Give a hostfile: ``gradcode run SPEC --out DIR --hostfile hosts`` adds ``-f hosts`` (MPICH) or
 ``--hostfile hosts`` (Open MPI). Every host needs the same Python environment at the same path (or a shared
-file system) and the spec file; only rank 0 writes ``DIR``. The command is printed before it runs, so it can be
-copied into a batch script; with a system MPI, build mpi4py against it (``pip install --no-binary mpi4py mpi4py``)
-and do not install the ``mpich`` wheel.
+file system), the spec file and any user module the spec names by import path; only rank 0 writes ``DIR``. The
+command is printed before it runs, so it can be copied into a batch script; with a system MPI, build mpi4py against
+it (``pip install --no-binary mpi4py mpi4py``) and do not install the ``mpich`` wheel.
 """
 
 from __future__ import annotations

@@ -274,6 +274,8 @@ def test_a_broken_plugin_is_a_config_error(tmp_path, monkeypatch):
         gradcode.make_scheme(f"gone_{tag}", n=3)
     with pytest.raises(ConfigError, match="not a subclass of gradcode.Code"):
         gradcode.make_code(f"wrong_{tag}", n=3, s=1)
+    assert "failed to load" in SCHEMES.list()[f"gone_{tag}"]     # `gradcode list` still lists everything else
+    assert main(["list", "--params"]) == 0
 
 
 # --- describe / list ------------------------------------------------------------------------------------------
@@ -404,19 +406,17 @@ def test_gradcode_run_imports_the_users_module_on_every_rank(tmp_path):
     proc = _gradcode(f"gradcode run {path} --out {tmp_path / 'out'}", tmp_path / "elsewhere")
     assert proc.returncode == 0, proc.stderr
     records, whole = read_records(tmp_path / "out" / "records.jsonl")
-    assert whole and [sorted(r["responders"]) for r in records] == [[0, 1]] * 3
+    assert whole and len(records) == 3 and all(len(r["responders"]) == 2 for r in records)
 
 
 def test_compare_on_mpi_imports_the_users_module(tmp_path):
     """`gradcode compare` runs each MPI run from a spec copied into the results folder: the experiment spec's
     folder reaches the ranks through PYTHONPATH."""
     name = _module(tmp_path / "project", DELAY_ONLY)
-    spec = _spec(delay={"name": f"{name}:Steps"}, scheme=None,
-                 schemes=[{"name": "sync"}, {"name": "fastest_k", "k": 3}],
+    spec = _spec(delay={"name": f"{name}:Steps"}, scheme=None, schemes=[{"name": "sync"}],
                  run={"iterations": 2, "time_scale": 0.01})
     path = tmp_path / "project" / "exp.toml"
     path.write_text(tomli_w.dumps(spec))
     out = compare(path, tmp_path / "results", cluster="mpi", progress=False, mpi=(True, "test"))
     rows = json.loads((out / "summary.json").read_text())
-    assert [(r["cluster"], r["status"]) for r in rows] == [("mpi", "complete")] * 2
-    assert [r["speedup_iteration"] for r in rows][0] == 1.0
+    assert [(r["cluster"], r["status"], r["iterations"]) for r in rows] == [("mpi", "complete", 2)]
