@@ -168,7 +168,7 @@ class Workload:
     lr: float
     reg: float
     seed: int
-    params: dict = {}   # read only (repr); a subclass sets its own
+    params: dict
     optimal_loss: float | None = None
 
     # --- construction ---------------------------------------------------------------------------------------
@@ -367,7 +367,7 @@ class Workload:
         return arr
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{key}={val!r}" for key, val in self.params.items())
+        args = ", ".join(f"{key}={val!r}" for key, val in getattr(self, "params", {}).items())
         return f"make_workload({self.name!r}, {args})"
 
 
