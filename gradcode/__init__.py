@@ -7,22 +7,28 @@ under one timing harness with common random numbers.
 Layers (dependencies point down only): ``codes``, ``delays``, ``workloads`` -> ``schemes`` -> ``sim`` (and
 ``mpi_runtime``) -> ``spec``, ``cli``. Nothing here imports mpi4py; galois is imported only when the finite-field
 code is built.
+
+The four public base classes, :class:`Code`, :class:`Scheme`, :class:`DelayModel` and :class:`Workload`, are what a
+user subclasses to add a part without editing the package: a spec names the subclass by import path
+(``name = "mymodule:MyWorkload"``) or an installed plugin declares it as an entry point (:mod:`gradcode.registry`);
+:func:`describe` shows the parameters of any of them.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from .codes import code_class, list_codes, make_code
+from .codes import Code, code_class, list_codes, make_code
 from .errors import ConfigError, GradcodeError, IllConditionedError, NotDecodableError
 
 __version__ = "0.1.0"
 
 # The rest of the public surface is imported on first use (PEP 562), which keeps `import gradcode` fast.
 _LAZY = {
-    "list_delays": "delays", "make_delay": "delays",
-    "list_schemes": "schemes", "make_scheme": "schemes",
-    "list_workloads": "workloads", "make_workload": "workloads",
+    "DelayModel": "delays", "list_delays": "delays", "make_delay": "delays",
+    "Scheme": "schemes", "list_schemes": "schemes", "make_scheme": "schemes",
+    "Workload": "workloads", "list_workloads": "workloads", "make_workload": "workloads",
+    "describe": "registry",
     "SimResult": "sim", "SimulationError": "sim", "simulate": "sim",
 }
 
@@ -36,13 +42,18 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Code",
     "ConfigError",
+    "DelayModel",
     "GradcodeError",
     "IllConditionedError",
     "NotDecodableError",
+    "Scheme",
     "SimResult",
     "SimulationError",
+    "Workload",
     "code_class",
+    "describe",
     "list_codes",
     "list_delays",
     "list_schemes",

@@ -1,4 +1,5 @@
-"""The ``gradcode`` command line: ``demo``, ``list``, ``simulate``, ``run`` (MPI), ``compare``, ``report``."""
+"""The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
+``report``."""
 
 from __future__ import annotations
 
@@ -9,13 +10,19 @@ import sys
 from pathlib import Path
 
 from .errors import GradcodeError
+from .registry import KINDS
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradcode", description="straggler-tolerant distributed gradient descent")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="build every code, lose stragglers, decode, print residuals")
-    sub.add_parser("list", help="list codes, schemes, delay models and workloads")
+    lst = sub.add_parser("list", help="list codes, schemes, delay models and workloads")
+    lst.add_argument("--params", action="store_true", help="also print every parameter with its default")
+    desc = sub.add_parser("describe", help="the parameters (with defaults) and documentation of a code, scheme, "
+                                           "delay model or workload")
+    desc.add_argument("name", help="a registered name, a plugin's name or 'package.module:ClassName'")
+    desc.add_argument("--kind", choices=list(KINDS), help="only this kind (a name may be both a code and a scheme)")
     sim = sub.add_parser("simulate", help="run one scheme of a spec on the simulated cluster")
     sim.add_argument("spec", help="experiment spec (TOML)")
     sim.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
@@ -63,13 +70,28 @@ def _demo(args) -> int:
 
 
 def _list(args) -> int:
-    from . import list_codes, list_delays, list_schemes, list_workloads
-
-    for title, table in (("codes", list_codes()), ("schemes", list_schemes()), ("delay models", list_delays()),
-                         ("workloads", list_workloads())):
+    for title, registry in zip(("codes", "schemes", "delay models", "workloads"), KINDS.values(), strict=True):
         print(f"{title}:")
-        for name, text in table.items():
+        for name, text in registry.list().items():
             print(f"  {name:<22} {text}")
+            if args.params:
+                try:
+                    about = registry.describe(name)
+                except GradcodeError:   # a broken plugin: its line above says why
+                    continue
+                print("      " + (", ".join(_param(p) for p in about.params) or "(no parameters)")
+                      + (f"; any other key: {about.forwarded}" if about.forwarded else ""))
+    return 0
+
+
+def _param(p) -> str:
+    return p.name if p.required else f"{p.name}={p.default!r}"
+
+
+def _describe(args) -> int:
+    from .registry import describe
+
+    print("\n\n".join(d.text() for d in describe(args.name, args.kind)))
     return 0
 
 
@@ -125,4 +147,5 @@ def _report(args) -> int:
     return report_main(args)
 
 
-_COMMANDS = {"demo": _demo, "list": _list, "simulate": _simulate, "run": _run, "compare": _compare, "report": _report}
+_COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
+             "compare": _compare, "report": _report}

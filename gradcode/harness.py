@@ -18,7 +18,8 @@ single-run spec, which is written into the run's folder ``OUT/runs/<run id>/`` t
   any other run is redone from scratch.
 
 The simulated cluster runs in-process. The MPI cluster runs as ``python -m gradcode run spec.toml --out FOLDER``
-(a subprocess per run, owned by ``mpi_runtime``); if mpi4py or that subcommand is missing, MPI runs are skipped,
+(a subprocess per run, owned by ``mpi_runtime``, with the experiment spec's folder on its ``PYTHONPATH`` so that
+user modules named by import path are found); if mpi4py or that subcommand is missing, MPI runs are skipped,
 the experiment's notes say so and the report repeats it. The harness never aggregates anything itself: the report
 (:mod:`gradcode.report`) reads the run folders back and is the single place where records become rows, so
 ``gradcode report OUT`` rebuilds exactly what ``gradcode compare`` wrote.
@@ -30,6 +31,7 @@ import hashlib
 import importlib.resources
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -41,6 +43,7 @@ from typing import Any
 import tomli_w
 
 from .errors import ConfigError, GradcodeError
+from .registry import pythonpath
 from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs
 
 QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
@@ -270,8 +273,10 @@ def _run_mpi(run: RunPlan, folder: Path) -> int:
     # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included
     cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder),
            "--timeout", str(MPI_TIMEOUT)]
+    # the run's spec lives in its results folder: user modules are found through the experiment spec's folder
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
     with open(folder / "mpi.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     if proc.returncode == 124:
         raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s")
     records = folder / "records.jsonl"

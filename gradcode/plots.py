@@ -4,8 +4,9 @@
 - ``iteration_time_cdf.png``: empirical CDF of the iteration times (all seeds pooled), one panel per delay model;
 - ``tradeoff.png``: samples computed against speedup over sync (mean over seeds), one point per scheme and delay;
 - ``adaptive.png``: ``k``, the per-worker load and DropCompute's ``tau`` against the iteration, for the schemes
-  that adapt them;
-- ``timeline.png``: the first iterations of a few schemes, one row per worker. Simulated runs record every worker's
+  that adapt them (the class attribute ``Scheme.adapts``);
+- ``timeline.png``: the first iterations of a few schemes (the lowest ``Scheme.timeline_rank`` first), one row per
+  worker. Simulated runs record every worker's
   own ``[begin, arrival]`` (``busy``), drawn as is, coloured by role: *busy* (a responder whose message was used),
   *waited-for* (the responder whose arrival ended the iteration), *wasted* (work that was discarded, often running
   on into the next iteration: a late worker finishes it first), *idle*. Records without ``busy`` (MPI runs) hold
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .report import scheme_class
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
 
@@ -121,6 +124,13 @@ def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
+ADAPTED = {   # record field -> (row of adaptive.png, its value in one record)
+    "k": (0, lambda rec: rec.get("k")),
+    "load": (1, lambda rec: float(np.mean(rec["load"]))),
+    "tau": (2, lambda rec: np.nan if rec.get("tau") is None or not np.isfinite(rec["tau"]) else rec["tau"]),
+}
+
+
 def adaptive(runs: list, path: Path) -> None:
     plt = _pyplot()
     runs = _first_seed(_shown(runs))
@@ -129,15 +139,9 @@ def adaptive(runs: list, path: Path) -> None:
     for col, delay in enumerate(delays):
         for run in (r for r in runs if r.meta["delay"] == delay):
             it = [rec["iteration"] for rec in run.records]
-            name, label = run.meta["scheme_name"], run.meta["scheme"]
-            if name in ("adaptive_k", "adaptive_k_load"):
-                axes[0][col].step(it, [rec.get("k") for rec in run.records], where="post", label=label)
-                axes[1][col].step(it, [float(np.mean(rec["load"])) for rec in run.records], where="post",
-                                  label=label)
-            if name == "dropcompute":
-                tau = [rec.get("tau") for rec in run.records]
-                axes[2][col].step(it, [np.nan if t is None or not np.isfinite(t) else t for t in tau],
-                                  where="post", label=label)
+            for field in scheme_class(run.meta).adapts:
+                row, value = ADAPTED[field]
+                axes[row][col].step(it, [value(rec) for rec in run.records], where="post", label=run.meta["scheme"])
         axes[0][col].set(title=delay, ylabel="k")
         axes[1][col].set(ylabel="mean load (units)")
         axes[2][col].set(ylabel="tau (inf not drawn)", xlabel="iteration")
@@ -161,16 +165,13 @@ def _roles(rec: dict) -> list[str]:
     return roles
 
 
-TIMELINE_ORDER = ("sync", "fastest_k", "coded", "adaptive_k_load", "backup", "adaptive_k", "dropcompute")
-
-
 def _timeline_runs(runs: list, panels: int) -> list:
-    """One run per scheme family, the most telling families first."""
+    """One run per scheme family, the most telling families first (``timeline_rank``, then order of appearance)."""
     first = {}
     for run in runs:
         first.setdefault(run.meta["scheme_name"], run)
-    order = [n for n in TIMELINE_ORDER if n in first] + [n for n in first if n not in TIMELINE_ORDER]
-    return [first[n] for n in order[:panels]]
+    order = sorted(first.values(), key=lambda run: scheme_class(run.meta).timeline_rank)   # stable
+    return order[:panels]
 
 
 def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> None:

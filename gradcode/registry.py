@@ -5,8 +5,9 @@ a class work for every kind, in the Python API and in a spec:
 
 - a built-in name (``"cyclic_mds"``, ``"fastest_k"``, ``"pareto"``, ``"least_squares"``), imported on first use so
   that ``import gradcode`` stays fast;
-- an import path ``"package.module:ClassName"``: a user's subclass of the public base class, in any importable
-  module, with no edit to gradcode;
+- an import path ``"package.module:ClassName"``: a user's subclass of the public base class, with no edit to
+  gradcode, in a module on ``sys.path`` or in a folder given to :func:`add_user_dirs` (a spec adds its own folder
+  and the working directory; subprocesses and MPI ranks get them on ``PYTHONPATH``);
 - the name of an installed plugin, declared as an entry point in the group ``gradcode.codes``,
   ``gradcode.schemes``, ``gradcode.delays`` or ``gradcode.workloads``.
 
@@ -19,8 +20,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 
 from ._params import accepted_params, check_params
 from .errors import ConfigError
@@ -35,6 +39,10 @@ class Param:
     required: bool
     annotation: str
 
+    def text(self) -> str:
+        ann = f": {self.annotation}" if self.annotation else ""
+        return f"{self.name}{ann}  ({'required' if self.required else f'default {self.default!r}'})"
+
 
 @dataclass(frozen=True)
 class Description:
@@ -46,16 +54,14 @@ class Description:
     summary: str
     doc: str
     params: tuple[Param, ...]
+    forwarded: str = ""    # what any other key is passed on to (a coded scheme's code), if anything
 
     def text(self) -> str:
         where = f"{self.cls.__module__}:{self.cls.__qualname__}"
         lines = [f"{self.name} ({self.kind}, {where})", f"  {self.summary}", "", "parameters:"]
-        for p in self.params:
-            shown = "required" if p.required else f"default {p.default!r}"
-            ann = f": {p.annotation}" if p.annotation else ""
-            lines.append(f"  {p.name}{ann}  ({shown})")
-        if not self.params:
-            lines.append("  (none)")
+        lines += ["  " + p.text() for p in self.params] or ["  (none)"]
+        if self.forwarded:
+            lines.append(f"  any other key: {self.forwarded}")
         if self.doc:
             lines += ["", *("  " + line if line else "" for line in self.doc.splitlines())]
         return "\n".join(lines)
@@ -99,7 +105,7 @@ class Registry:
         if name in self._builtins:
             return _import(self._builtins[name], f"built-in {self.kind} {name!r}")
         if ":" in name:
-            return _import(name, f"{self.kind} {name!r}")
+            return _import(name, f"{self.kind} {name!r}", hint=f"; {self._hint()}")
         for ep in self._entry_points():
             if ep.name == name:
                 try:
@@ -107,8 +113,7 @@ class Registry:
                 except Exception as err:  # a broken plugin: say which one and why
                     raise ConfigError(f"{self.kind} {name!r}: the plugin entry point {ep.value!r} failed to load: "
                                       f"{type(err).__name__}: {err}") from None
-        raise ConfigError(f"unknown {self.kind} {name!r}; accepted: {self._accepted()}, or "
-                          f"'package.module:ClassName' naming a subclass of {self._base_name()}")
+        raise ConfigError(f"unknown {self.kind} {name!r}; {self._hint()}")
 
     def _checked(self, cls, name: str) -> type:
         base = self.base
@@ -122,6 +127,10 @@ class Registry:
 
     def _accepted(self) -> str:
         return ", ".join(self.names())
+
+    def _hint(self) -> str:
+        return (f"accepted: {self._accepted()}, or 'package.module:ClassName' naming a subclass of "
+                f"{self._base_name()} in a module on sys.path, in the spec's folder or in the working directory")
 
     def _base_name(self) -> str:
         module, _, cls = self._base.partition(":")
@@ -159,14 +168,20 @@ class Registry:
 
     # --- describing -----------------------------------------------------------------------------------------
     def list(self) -> dict[str, str]:
-        """Every name with its one-line description."""
-        return {name: summary_of(self.get(name)) for name in self.names()}
+        """Every name with its one-line description (a plugin that fails to load says why, in its place)."""
+        return {name: self._summary(name) for name in self.names()}
+
+    def _summary(self, name: str) -> str:
+        try:
+            return summary_of(self.get(name))
+        except ConfigError as err:
+            return f"(broken: {err})"
 
     def describe(self, name) -> Description:
         cls = self.get(name)
         label = name if isinstance(name, str) else getattr(cls, "name", cls.__name__)
         return Description(self.kind, label, cls, summary_of(cls), _first_paragraph(cls.__doc__),
-                           tuple(p for p in params_of(cls) if p.name not in self.positional))
+                           tuple(p for p in params_of(cls) if p.name not in self.positional), forwarded_to(cls))
 
 
 def summary_of(cls: type) -> str:
@@ -191,25 +206,66 @@ def params_of(cls: type) -> list[Param]:
     return list(found.values())
 
 
+def forwarded_to(cls: type) -> str:
+    """What a class that ``forwards_params`` does with keys it does not name, from its ``**name_params``: a coded
+    scheme's ``**code_params`` go to the code it builds."""
+    if not getattr(cls, "forwards_params", False):
+        return ""
+    varkw = next((p.name for p in inspect.signature(cls.__init__).parameters.values() if p.kind is p.VAR_KEYWORD),
+                 "kwargs")
+    target = varkw.removesuffix("_params")
+    if target in KINDS:
+        return (f"passed on to the {target} (**{varkw}); `gradcode describe NAME --kind {target}` lists a "
+                f"{target}'s parameters")
+    return f"passed on (**{varkw})"
+
+
 def _first_paragraph(doc: str | None) -> str:
     text = inspect.cleandoc(doc or "")
     return text.split("\n\n")[0].strip()
 
 
-def _import(path: str, what: str) -> type:
+def _import(path: str, what: str, *, hint: str = "") -> type:
+    """The object named by ``"package.module:Name"``; a :class:`ConfigError` (ending in ``hint``) for a malformed
+    path, a module that cannot be imported (missing, or failing while it runs) or a missing attribute."""
     module, sep, attr = path.partition(":")
     if not sep or not module or not attr:
-        raise ConfigError(f"{what}: an import path must look like 'package.module:ClassName', got {path!r}")
+        raise ConfigError(f"{what}: an import path must look like 'package.module:ClassName', got {path!r}{hint}")
     try:
         obj = importlib.import_module(module)
     except ImportError as err:
-        raise ConfigError(f"{what}: cannot import module {module!r}: {err}") from None
+        raise ConfigError(f"{what}: cannot import module {module!r}: {err}{hint}") from None
+    except Exception as err:  # the user's module itself failed: name it and the error, no traceback
+        raise ConfigError(f"{what}: importing module {module!r} failed: {type(err).__name__}: {err}") from None
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"{what}: module {module!r} has no attribute {attr!r}") from None
+            raise ConfigError(f"{what}: module {module!r} has no attribute {attr!r}{hint}") from None
     return obj
+
+
+# --- where user modules are found ---------------------------------------------------------------------------
+_USER_DIRS: list[str] = []
+
+
+def add_user_dirs(*folders) -> None:
+    """Let import paths find user modules in ``folders`` (a spec's folder, the working directory): they are appended
+    to ``sys.path`` (installed packages keep precedence) and passed on to subprocesses and MPI ranks
+    (:func:`pythonpath`), so every process of a run imports the same module."""
+    for folder in folders:
+        path = str(Path(folder).resolve())
+        if path not in _USER_DIRS:
+            _USER_DIRS.append(path)
+        if path not in sys.path:
+            sys.path.append(path)
+
+
+def pythonpath(existing: str | None = None) -> str:
+    """A ``PYTHONPATH``: ``existing`` (default: this process's) followed by the user folders."""
+    current = os.environ.get("PYTHONPATH", "") if existing is None else existing
+    paths = [p for p in current.split(os.pathsep) if p] + _USER_DIRS
+    return os.pathsep.join(dict.fromkeys(paths))
 
 
 CODES = Registry("code", "gradcode.codes._base:Code", {
@@ -254,19 +310,21 @@ KINDS = {"code": CODES, "scheme": SCHEMES, "delay": DELAYS, "workload": WORKLOAD
 
 
 def describe(name: str, kind: str | None = None) -> list[Description]:
-    """Describe ``name`` in every kind that has it (a name may be both a code and a scheme: ``uncoded``)."""
+    """Describe ``name`` in every kind that has it (a plugin may give a code and a scheme one name); an import
+    path is described as the kind whose base class it derives from."""
+    if kind is not None and kind not in KINDS:
+        raise ConfigError(f"unknown kind {kind!r}; accepted: {', '.join(KINDS)}")
     registries = [KINDS[kind]] if kind is not None else list(KINDS.values())
-    found = []
-    for reg in registries:
-        if name in reg.names() or (":" in name and _is_kind(reg, name)):
-            found.append(reg.describe(name))
+    if ":" in name:
+        cls = _import(name, name)
+        found = [reg.describe(name) for reg in registries if isinstance(cls, type) and issubclass(cls, reg.base)]
+        if not found:
+            bases = " or ".join(reg._base_name() for reg in registries)
+            raise ConfigError(f"{name!r} is {cls!r}, not a subclass of {bases}")
+        return found
+    found = [reg.describe(name) for reg in registries if name in reg.names()]
     if not found:
         every = sorted({n for reg in registries for n in reg.names()})
-        raise ConfigError(f"nothing is registered as {name!r}; accepted: {', '.join(every)}, or "
-                          "'package.module:ClassName'")
+        raise ConfigError(f"nothing is registered as {name!r}" + (f" ({kind})" if kind else "")
+                          + f"; accepted: {', '.join(every)}, or 'package.module:ClassName'")
     return found
-
-
-def _is_kind(reg: Registry, path: str) -> bool:
-    cls = _import(path, path)
-    return isinstance(cls, type) and issubclass(cls, reg.base)

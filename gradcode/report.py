@@ -22,7 +22,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual;
 - ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
-  this one, against the ``sync`` run on the same delay model, seed and cluster.
+  this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
+  cluster.
 """
 
 from __future__ import annotations
@@ -133,12 +134,23 @@ def run_row(run: RunData) -> dict[str, Any]:
     }
 
 
+def scheme_class(meta: dict[str, Any]) -> type:
+    """The class of a run's scheme, whose attributes say how to report it (``baseline``, ``adapts``,
+    ``timeline_rank``); the base class if it cannot be imported here (a user's module that is not on the path)."""
+    from .registry import SCHEMES
+
+    try:
+        return SCHEMES.get(meta["scheme_name"])
+    except ConfigError:
+        return SCHEMES.base
+
+
 def summary_rows(runs: list[RunData]) -> list[dict[str, Any]]:
-    """All rows, with the speedups over the ``sync`` run on the same delay model, seed and cluster."""
+    """All rows, with the speedups over the baseline (sync) run on the same delay model, seed and cluster."""
     rows = [run_row(r) for r in runs]
     base = {}
-    for row in rows:
-        if row["scheme_name"] == "sync":
+    for run, row in zip(runs, rows, strict=True):
+        if scheme_class(run.meta).baseline:
             base.setdefault((row["delay"], row["seed"], row["cluster"]), row)
     for row in rows:
         ref = base.get((row["delay"], row["seed"], row["cluster"]))

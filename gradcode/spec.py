@@ -26,8 +26,12 @@ each with a ``label``; ``[cluster] kind`` is ``"sim"``, ``"mpi"`` or ``"both"``;
 ``label`` (used in reports, never passed to the factory).
 
 Inside each table ``name`` selects the factory entry (``make_workload``, ``make_delay``, ``make_scheme``) and the
-other keys are its parameters, so anything the Python API accepts a spec accepts too. Every error names the table
-and the key.
+other keys are its parameters, so anything the Python API accepts a spec accepts too (``gradcode describe NAME``
+lists them). ``name`` may also be ``"package.module:ClassName"``, a user's subclass of the public base class
+(:class:`gradcode.Workload`, :class:`gradcode.DelayModel`, :class:`gradcode.Scheme`, :class:`gradcode.Code`), in
+nested tables too (a delay model's ``base``, a coded scheme's ``code``); the module is looked up on ``sys.path``,
+then in the spec's folder and the working directory. Every error names the table and the key, and is raised when
+the spec is loaded, before anything runs.
 """
 
 from __future__ import annotations
@@ -79,8 +83,11 @@ class Spec:
 
 def load_spec(source: str | Path | dict) -> Spec:
     """Read a TOML file (or take a dict of the same shape), check it, and return a :class:`Spec`."""
+    from .registry import add_user_dirs
+
     if isinstance(source, dict):
         raw = source
+        add_user_dirs(Path.cwd())   # user modules named by import path
     else:
         path = Path(source)
         if not path.is_file():
@@ -89,6 +96,7 @@ def load_spec(source: str | Path | dict) -> Spec:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        add_user_dirs(path.parent, Path.cwd())
     return check_spec(raw)
 
 
@@ -206,6 +214,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
     """Construct ``(schemes, delay, workload)`` from a spec, each error prefixed with its table; ``delay_index``
     picks one of several ``[[delays]]`` (default the first, ``spec.delay``)."""
     from .delays import make_delay
+    from .registry import SCHEMES
     from .schemes import make_scheme
     from .workloads import make_workload
 
@@ -226,13 +235,20 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
         if scheme_index is not None and idx != scheme_index:
             continue
         name, params = _named(table, f"[scheme {idx}]")
-        if batch is not None and name != "adaptive_k_load":
-            params.setdefault("batch", batch)
         try:
+            if batch is not None and _takes_run_batch(SCHEMES.get(name)):
+                params.setdefault("batch", batch)
             schemes.append(make_scheme(name, n=n, **params))
         except ConfigError as err:
             raise ConfigError(f"[scheme {name}] {err}") from None
     return schemes, delay, workload
+
+
+def _takes_run_batch(cls) -> bool:
+    """Is ``[run] batch`` this scheme's ``batch``? (A user scheme without a ``batch`` parameter ignores it.)"""
+    from ._params import accepted_params
+
+    return cls.takes_run_batch and "batch" in accepted_params(cls)
 
 
 def run_kwargs(spec: Spec) -> dict[str, Any]:

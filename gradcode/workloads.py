@@ -15,8 +15,8 @@ partitions hold ``floor(N/k) + 1`` samples, the others ``floor(N/k)``.
 
     g_j = (|P_j| / N) * ( mean_{x in batch} grad l(x; w) + grad R(w) ),
 
-so with full batches ``sum_j g_j`` is exactly the gradient of ``F`` (REFERENCES section 1:
-``g = sum_j g_j``), for every ``k``.
+so with full batches ``sum_j g_j`` is exactly the gradient of ``F`` (``g = sum_j g_j``, see
+``docs/references.md#gradient-codes``), for every ``k``.
 
 **Mini-batch determinism.** With a mini-batch size ``b`` the batch of partition ``j`` at iteration ``t`` is
 drawn from ``P_j`` (without replacement if ``b <= |P_j|``, else with replacement) by a counter-based random
@@ -128,11 +128,34 @@ def _sample_local(keys: np.ndarray, sizes: np.ndarray, b: int) -> np.ndarray:
 
 
 class Workload:
-    """Base class of every workload: data in permuted order, partitions, the vectorised gradient algorithm.
+    """Base class of every workload (public as ``gradcode.Workload``): what a cluster calls, and the vectorised
+    gradient algorithm of the linear models.
 
-    Subclasses set ``name``, ``description``, ``n_classes`` (``C``), and in ``__init__`` call :meth:`_setup`
-    with the features ``X`` (``N x p``), the targets ``y`` and the L2 weight ``reg``; they implement
-    :meth:`_residual` (``dl/dz``), :meth:`_sample_loss` and set ``lr``. ``R(w) = (reg/2) ||w||^2``.
+    **What a cluster calls.** The simulated cluster, every MPI rank and the comparison harness use exactly these,
+    so a subclass (a user's, named in a spec as ``"mymodule:MyWorkload"``) provides exactly these:
+
+    - ``dim`` (int): ``d``, the length of the parameter vector ``w``; a message is ``d`` floats.
+    - ``n_samples`` (int): ``N``; the report counts the samples a worker computes as ``N / k`` per partition
+      when partitions are used whole.
+    - ``lr`` (float): the default step size (``[run] lr`` overrides it).
+    - ``init_params() -> ndarray (d,)``: the starting point (here: zeros).
+    - ``gradients(w, t, parts, k, batch=None) -> ndarray (len(parts), d)``: the partial gradients ``g_j`` of the
+      partitions ``j`` in ``parts`` (a range or a tuple of ints) when the data are cut into ``k`` partitions (the
+      scheme chooses ``k``: ``n``, a code's ``k``, ``n*M`` micro-batches). Row ``i`` belongs to ``parts[i]``, and
+      ``sum_{j<k} g_j`` must be the gradient of ``F`` at ``w`` (``batch=None``: whole partitions) or an unbiased
+      estimate of it (``batch`` samples per partition, drawn for iteration ``t``; a workload may ignore ``batch``).
+      ``g_j`` must be a pure function of ``(w, t, j, k, batch)``: every worker holding partition ``j`` must send
+      the same ``g_j``, or a gradient code no longer decodes the exact sum.
+    - ``loss(w) -> float``: ``F(w)`` on the whole data (the records' ``loss``, ``[run] target_loss``).
+
+    A subclass may use :meth:`partition_bounds` (``k`` contiguous partitions of ``range(n_samples)``, the first
+    ``N mod k`` one sample longer) once ``n_samples`` is set. ``name`` and ``description`` are shown by
+    ``gradcode list``, ``params`` (a dict of the constructor's arguments) by ``repr``.
+
+    **Linear models** (the built-in workloads) get all of the above from this class: they set ``n_classes``
+    (``C``), call :meth:`_setup` in ``__init__`` with the features ``X`` (``N x p``), the targets ``y`` and the L2
+    weight ``reg``, set ``lr``, and implement :meth:`_residual` (``dl/dz``) and :meth:`_sample_loss`;
+    ``R(w) = (reg/2) ||w||^2``.
     """
 
     name: ClassVar[str] = ""
@@ -162,7 +185,6 @@ class Workload:
         self.dim = self.n_classes * self.n_features
         self.reg = reg
         self.seed = seed
-        self._bounds_cache: dict[int, np.ndarray] = {}
 
     def _gram_max_eig(self) -> float:
         """Largest eigenvalue of ``X^T X / N`` (Lipschitz constants): dense if small, else Lanczos."""
@@ -225,15 +247,16 @@ class Workload:
     def partition_bounds(self, k: int) -> np.ndarray:
         """``(k + 1,)`` offsets: partition ``j`` of ``k`` is rows ``bounds[j]:bounds[j+1]`` of ``X``."""
         k = self._check_k(k)
-        bounds = self._bounds_cache.get(k)
+        cache = self.__dict__.setdefault("_bounds_cache", {})   # also for subclasses that skip _setup
+        bounds = cache.get(k)
         if bounds is None:
             q, r = divmod(self.n_samples, k)
             j = np.arange(k + 1, dtype=np.int64)
             bounds = j * q + np.minimum(j, r)
             bounds.setflags(write=False)
-            if len(self._bounds_cache) > 64:
-                self._bounds_cache.clear()
-            self._bounds_cache[k] = bounds
+            if len(cache) > 64:
+                cache.clear()
+            cache[k] = bounds
         return bounds
 
     def partition_sizes(self, k: int) -> np.ndarray:
@@ -344,7 +367,7 @@ class Workload:
         return arr
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{key}={val!r}" for key, val in self.params.items())
+        args = ", ".join(f"{key}={val!r}" for key, val in getattr(self, "params", {}).items())
         return f"make_workload({self.name!r}, {args})"
 
 

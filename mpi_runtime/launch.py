@@ -21,9 +21,9 @@ BLAS thread per core each.
 
 **Several hosts.** Give a hostfile: ``gradcode run SPEC --out DIR --hostfile hosts`` adds ``-f hosts`` (MPICH) or
 ``--hostfile hosts`` (Open MPI). Every host needs the same Python environment at the same path (or a shared
-file system) and the spec file; only rank 0 writes ``DIR``. The command is printed before it runs, so it can be
-copied into a batch script; with a system MPI, build mpi4py against it (``pip install --no-binary mpi4py mpi4py``)
-and do not install the ``mpich`` wheel.
+file system), the spec file and any user module the spec names by import path; only rank 0 writes ``DIR``. The
+command is printed before it runs, so it can be copied into a batch script; with a system MPI, build mpi4py against
+it (``pip install --no-binary mpi4py mpi4py``) and do not install the ``mpich`` wheel.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 
 from gradcode.errors import ConfigError
+from gradcode.registry import pythonpath
 
 from .config import load_run
 
@@ -69,7 +70,9 @@ def mpi_flavor(mpiexec: str) -> str:
 
 def environment(flavor: str, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the job: oversubscription-friendly MPI settings, one BLAS thread per rank, and the
-    project on ``PYTHONPATH`` so every rank imports the same ``mpi_runtime`` and ``gradcode``."""
+    project on ``PYTHONPATH`` so every rank imports the same ``mpi_runtime`` and ``gradcode``, followed by the
+    folders of user modules that the spec names by import path (its own folder and the working directory,
+    :func:`gradcode.registry.add_user_dirs`)."""
     env = dict(os.environ if base is None else base)
     for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(key, "1")
@@ -78,8 +81,7 @@ def environment(flavor: str, base: dict[str, str] | None = None) -> dict[str, st
         env.setdefault("MPIR_CVAR_POLLS_BEFORE_YIELD", "1")
     elif flavor == "openmpi":
         env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    paths = [str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    env["PYTHONPATH"] = pythonpath(os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
     return env
 
 

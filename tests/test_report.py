@@ -89,3 +89,33 @@ def test_mean_ci_is_t_based():
 def test_report_of_a_folder_without_runs(tmp_path):
     with pytest.raises(ConfigError, match="not a results folder"):
         report_main(SimpleNamespace(folder=str(tmp_path)))
+
+
+def test_baseline_and_plots_follow_class_attributes_not_names(tmp_path, monkeypatch):
+    """A user's subclass of Sync, named by import path, is the baseline of the speedups; the timeline orders
+    scheme families by ``timeline_rank`` (a class without one comes last, in order of appearance)."""
+    from gradcode import Scheme
+    from gradcode.plots import _timeline_runs
+    from gradcode.report import RunData, scheme_class
+
+    (tmp_path / "my_sync_mod.py").write_text(
+        "from gradcode.schemes.uncoded import Sync\n\n\nclass MySync(Sync):\n    name = 'my_sync'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = {"cluster": {"workers": 4}, "workload": {"name": "least_squares", "n_samples": 80, "dim": 3},
+            "delay": {"name": "exponential"}, "run": {"iterations": 5},
+            "schemes": [{"name": "fastest_k", "k": 2}, {"name": "my_sync_mod:MySync"}]}
+    out = compare(spec, tmp_path / "out", progress=False, mpi=(False, "not in this test"))
+    rows = {r["scheme_name"]: r for r in json.loads((out / "summary.json").read_text())}
+    mine, fastest = rows["my_sync_mod:MySync"], rows["fastest_k"]
+    assert mine["speedup_iteration"] == 1.0
+    assert fastest["speedup_iteration"] == pytest.approx(mine["mean_iteration_time"] / fastest["mean_iteration_time"])
+    assert scheme_class({"scheme_name": "not_installed_mod:X"}) is Scheme   # the defaults: not a baseline
+
+    def run(name):
+        return RunData({"scheme_name": name}, [], True, tmp_path)
+
+    names = ["my_sync_mod:MySync", "dropcompute", "fastest_k", "adaptive_k", "coded", "fastest_k"]
+    order = [r.meta["scheme_name"] for r in _timeline_runs([run(n) for n in names], panels=4)]
+    assert order == ["my_sync_mod:MySync", "fastest_k", "coded", "adaptive_k"]
+    assert [r.meta["scheme_name"] for r in _timeline_runs([run("my_sync_mod:MySync"), run("x:Y"), run("sync")],
+                                                          panels=4)] == ["my_sync_mod:MySync", "sync", "x:Y"]

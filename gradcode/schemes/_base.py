@@ -65,6 +65,17 @@ class Scheme:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # --- what the spec, the report and the plots need to know about a scheme: class attributes, never name checks -
+    #: ``[run] batch`` (the spec-wide mini-batch size) is passed as this scheme's ``batch``; False where ``batch``
+    #: means something else (adaptive_k_load: the largest per-worker batch).
+    takes_run_batch: ClassVar[bool] = True
+    #: The reference of the report's speedups (sync): a speedup is its time divided by another scheme's.
+    baseline: ClassVar[bool] = False
+    #: Record fields this scheme changes during a run (``"k"``, ``"load"``, ``"tau"``): ``adaptive.png`` draws them.
+    adapts: ClassVar[tuple[str, ...]] = ()
+    #: Place in ``timeline.png``, which draws a few schemes (lower first): the most telling ones come first.
+    timeline_rank: ClassVar[int] = 100
+    # ----------------------------------------------------------------------------------------------------------
     #: True if the constructor passes parameters it does not name on to something it builds (a coded scheme's code,
     #: which checks them), so a spec's unknown keys are not rejected here.
     forwards_params: ClassVar[bool] = False

@@ -58,6 +58,8 @@ class AdaptiveK(_Averaging):
 
     name = "adaptive_k"
     description = "fastest-k whose k grows when a Pflug stationarity test fires"
+    adapts = ("k",)
+    timeline_rank = 5
 
     def __init__(self, n: int, *, k0: int = 1, step: int = 1, k_max: int | None = None, burn_in: int = 10,
                  threshold: float = 0.0, batch: int | None = None):
@@ -107,6 +109,9 @@ class AdaptiveKLoad(_Averaging):
 
     name = "adaptive_k_load"
     description = "adapts k and the per-worker batch together, staged by effective batch k*b"
+    takes_run_batch = False   # its batch is the largest per-worker batch, not [run] batch
+    adapts = ("k", "load")
+    timeline_rank = 3
 
     def __init__(self, n: int, *, batch: int = 16, stages: list[int] | None = None, burn_in: int = 10,
                  threshold: float = 0.0, delay=None):

@@ -27,6 +27,7 @@ class Coded(Scheme):
     name = "coded"
     description = "a gradient code: stop when the responders decode (exact) or at `wait` / a deadline (approximate)"
     forwards_params = True
+    timeline_rank = 2
 
     def __init__(self, n: int, *, code, s: int | None = None, wait: int | None = None, deadline: float | None = None,
                  method: str = "auto", seed: int = 0, batch: int | None = None, **code_params):

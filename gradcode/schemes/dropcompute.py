@@ -95,6 +95,8 @@ class DropCompute(DecentralizedScheme):
 
     name = "dropcompute"
     description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
+    adapts = ("tau",)
+    timeline_rank = 6
 
     def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
                  record_steps: int = 40, candidates: int = 200, check: str = "official",

@@ -31,6 +31,8 @@ class Sync(_Averaging):
 
     name = "sync"
     description = "wait for all n workers (the baseline)"
+    baseline = True
+    timeline_rank = 0
 
     def __init__(self, n: int, *, batch: int | None = None):
         super().__init__(n, batch=batch)
@@ -49,6 +51,7 @@ class FastestK(_Averaging):
 
     name = "fastest_k"
     description = "wait for the first k of n workers and average them"
+    timeline_rank = 1
 
     def __init__(self, n: int, *, k: int, batch: int | None = None):
         super().__init__(n, batch=batch)
@@ -72,6 +75,7 @@ class Backup(_Averaging):
 
     name = "backup"
     description = "N + b workers, update with the first N fresh gradients (stale ones dropped by tag)"
+    timeline_rank = 4
 
     def __init__(self, n: int, *, b: int | None = None, N: int | None = None, batch: int | None = None):
         super().__init__(n, batch=batch)
