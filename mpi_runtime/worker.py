@@ -45,10 +45,13 @@ class Worker:
         self.capacity = capacity
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
+        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.shared = P.open_shared(comm, d, self.length)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
         # written once here, so that the page faults of first use do not land in iteration 0
         self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
-        self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
+        self.result = np.full(P.RESULT_HEADER + (0 if self.shared else self.length), 0.0)
+        self.payload = self.shared.messages[self.i] if self.shared else self.result[P.RESULT_HEADER:]
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
         self.free = 0.0          # wall time at which this worker sent its last result
@@ -59,10 +62,10 @@ class Worker:
         P.wait(self.comm.Ibarrier())     # the master starts its clock after this
         while True:
             current = self._next_plan()
-            if current is None:
-                return
-            if not self._work(self.plans[current]):
-                return
+            if current is None or not self._work(self.plans[current]):
+                break          # a STOP, answered with ACK
+        if self.shared:
+            self.shared.close()     # collective with the master, which has every ACK
 
     def _next_plan(self) -> int | None:
         """Index of the buffer holding the newest queued plan; None on STOP."""
@@ -91,7 +94,7 @@ class Worker:
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
         received = time.time()
-        t, load, batch, k_parts, parts, w, stamp = P.unpack_plan(buf, self.capacity)
+        t, load, batch, k_parts, parts, w, stamp = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
         payload = self._message(t, load, batch, k_parts, parts, w)
@@ -100,11 +103,13 @@ class Worker:
         overrun = received + real > begin + target     # the real work alone took longer than the emulated time
         if not math.isfinite(target):
             _hang()
-        hdr = self.result
-        hdr[P.RESULT_HEADER:] = payload     # before the sleep: after it, only the header is left to write
-        self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
+        self.payload[:] = payload     # before the sleep: after it, only the header is left to write
+        self.faults.maybe_poison(t, self.payload)
+        if self.shared:
+            self.shared.sync()        # the payload is written before the header that announces it is sent
         if not P.sleep_until(begin + target, self._stop_came):
             return False
+        hdr = self.result
         hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))
