@@ -133,7 +133,7 @@ class Master:
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
-        self.slot = self.slots.publish(self.w, self.slot_of[self.busy >= 0])
+        self.slot = self.slots.publish(t, self.w, self.slot_of[self.busy >= 0])
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)

@@ -85,8 +85,8 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: 
 
 
 def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
-    """``(t, load, batch, k_parts, parts, w, stamp)``; ``w`` is a view into ``buf`` or into the shared slot that
-    the plan names (never a copy)."""
+    """``(t, load, batch, k_parts, parts, w, stamp, slot)``; ``w`` is a view into ``buf`` or into the shared slot
+    that the plan names (never a copy; see :func:`check_model`)."""
     t, load, batch, k_parts, n_parts, stamp, slot = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_parts)])
     if slot >= 0:
@@ -94,7 +94,7 @@ def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = No
         w = shared.models[int(slot)]
     else:
         w = buf[PLAN_HEADER + capacity:]
-    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, w, float(stamp)
+    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, w, float(stamp), int(slot)
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:
@@ -182,17 +182,19 @@ class SharedMemory:
     and another rank's reads after it."""
 
     def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int):
-        own = slots * d if comm.Get_rank() == 0 else length
+        own = slots * (1 + d) if comm.Get_rank() == 0 else length
         self.win = MPI.Win.Allocate_shared(own * 8, 8, comm=comm)
-        self.models = self._segment(0).reshape(slots, d)
+        rows = self._segment(0).reshape(slots, 1 + d)
+        # each slot: the iteration whose model it holds (-1 while being written), then the model
+        self.versions, self.models = rows[:, 0], rows[:, 1:]
         self.messages = [self._segment(r) for r in range(1, comm.Get_size())]
         self.win.Lock_all(MPI.MODE_NOCHECK)
         # first touch here, not in iteration 0: each rank writes its own segment and maps everyone else's
-        (self.models if comm.Get_rank() == 0 else self.messages[comm.Get_rank() - 1])[...] = 0.0
+        (rows if comm.Get_rank() == 0 else self.messages[comm.Get_rank() - 1])[...] = -1.0
         self.sync()
         comm.Barrier()
         self.sync()
-        for segment in [self.models, *self.messages]:
+        for segment in [rows, *self.messages]:
             segment.sum()
 
     def _segment(self, rank: int) -> np.ndarray:
@@ -233,16 +235,35 @@ class ModelSlots:
     def __init__(self, shared: SharedMemory | None):
         self.shared = shared
 
-    def publish(self, w: np.ndarray, held) -> int:
-        """Write ``w`` into a slot not in ``held`` (slots named by busy workers' plans); its index, or -1 if none
-        is free (or nothing is shared): then the model goes in the plans."""
-        if self.shared is None:
+    def publish(self, t: int, w: np.ndarray, held) -> int:
+        """Write ``w``, the model of iteration ``t``, into a slot not in ``held`` (slots named by busy workers'
+        plans); its index, or -1 if none is free (or nothing is shared): then the model goes in the plans."""
+        shared = self.shared
+        if shared is None:
             return -1
-        slot = free_slot(held, len(self.shared.models))
+        slot = free_slot(held, len(shared.models))
         if slot >= 0:
-            np.copyto(self.shared.models[slot], w)
-            self.shared.sync()
+            # version -1 while the model is rewritten: a reader that overlapped the write sees a version not its own
+            shared.versions[slot] = -1
+            shared.sync()
+            np.copyto(shared.models[slot], w)
+            shared.sync()
+            shared.versions[slot] = t
+            shared.sync()
         return slot
+
+
+def check_model(shared: SharedMemory | None, slot: int, t: int) -> None:
+    """After a worker has read the model of plan ``t`` from ``slot``: raise :class:`RunFailure` unless the slot
+    still holds iteration ``t`` (a seqlock's second read: the master marks a slot -1 before rewriting it, so a
+    read that overlapped a rewrite, or came after one, is caught). A guard on :class:`ModelSlots`, never expected
+    to fire."""
+    if slot < 0:
+        return
+    shared.sync()
+    if shared.versions[slot] != t:
+        raise RunFailure(f"model slot {slot} was rewritten (version {shared.versions[slot]:g}) while a worker "
+                         f"computed on it for iteration {t}")
 
 
 def free_slot(held, slots: int) -> int:

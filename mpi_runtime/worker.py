@@ -25,6 +25,7 @@ Worker ``i`` (rank ``i + 1``) loops:
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -35,6 +36,11 @@ from gradcode.schemes._base import Plan
 from . import protocol as P
 from .config import RunConfig
 from .faults import Faults
+
+DEFER = os.environ.get("GRADCODE_DEFER", "1") == "1"
+LEAD_FACTOR = float(os.environ.get("GRADCODE_LEAD", "3"))
+LEAD_WINDOW = 4
+LEAD_MARGIN = 2e-3
 
 
 class Worker:
@@ -55,6 +61,7 @@ class Worker:
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
         self.free = 0.0          # wall time at which this worker sent its last result
+        self.computes: list[float] = []     # seconds of real compute per plan
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -94,15 +101,21 @@ class Worker:
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
         received = time.time()
-        t, load, batch, k_parts, parts, w, stamp = P.unpack_plan(buf, self.capacity, self.shared)
+        t, load, batch, k_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
-        payload = self._message(t, load, batch, k_parts, parts, w)
-        real = time.time() - received
         target = self._emulated(t, load)
-        overrun = received + real > begin + target     # the real work alone took longer than the emulated time
         if not math.isfinite(target):
             _hang()
+        if DEFER and not P.sleep_until(begin + target - self._lead(), self._stop_came):
+            return False
+        tick = time.time()
+        payload = self._message(t, load, batch, k_parts, parts, w)
+        P.check_model(self.shared, slot, t)
+        done = time.time()
+        real = done - tick
+        self.computes.append(real)
+        overrun = done > begin + target     # the real work alone took longer than the emulated time
         self.payload[:] = payload     # before the sleep: after it, only the header is left to write
         self.faults.maybe_poison(t, self.payload)
         if self.shared:
@@ -121,6 +134,13 @@ class Worker:
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
         plan = Plan(t=t, parts=own, k_parts=k_parts, load=np.full(self.n, load), batch=batch)
         return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
+
+    def _lead(self) -> float:
+        """How long before its emulated deadline a worker starts computing: a margin over its recent compute
+        times (all of them at once before it has any)."""
+        if not self.computes:
+            return math.inf
+        return LEAD_FACTOR * max(self.computes[-LEAD_WINDOW:]) + LEAD_MARGIN
 
     def _emulated(self, t: int, load: float) -> float:
         """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
