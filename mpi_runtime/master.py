@@ -9,7 +9,9 @@ Iteration ``t``:
    never mixed into this iteration) it becomes idle and gets the current plan at once. This is the simulator's
    ``late_workers = "finish"``: a late worker starts the newest plan when it is free, ``begin = max(start,
    free)``. Every worker has at most one plan and one receive outstanding, so no buffer is ever written while a
-   request points at it.
+   request points at it. When the ranks share a node, the model is written once per iteration into a shared slot
+   that no busy worker reads, the plans name the slot, and the workers' messages come back through shared memory
+   too: only headers travel (``protocol.py``, :class:`~mpi_runtime.protocol.ModelSlots`).
 2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until
    ``scheme.done(responders)`` holds (or the plan's deadline passes with at least one responder). A message with
    non-finite values is an erasure: logged, never combined. Messages arriving after the stop are discarded.

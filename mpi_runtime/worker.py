@@ -3,21 +3,24 @@
 Worker ``i`` (rank ``i + 1``) loops:
 
 1. **Wait for a plan** by polling (``Iprobe`` + short sleep). If several plans are queued (it was busy), it drains
-   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``).
+   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``). The
+   model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the plan names
+   (``protocol.py``), checked after the compute to still hold the plan's version.
 2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
    ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
 3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds
    from ``begin = max(start of the iteration at the master, when this worker became free)``, the simulator's
-   ``begin_i = max(start, free_i)``: the time the plan and the model spent in transit, like the real compute,
-   counts toward the emulated time instead of adding to it (the start travels in the plan as wall-clock time, exact
-   on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the future is clipped to the
-   receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
+   ``begin_i = max(start, free_i)``: the time the plan (and the model, if it travels) spent in transit, like the
+   real compute, counts toward the emulated time instead of adding to it (the start travels in the plan as
+   wall-clock time, exact on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the
+   future is clipped to the receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
    (common random numbers). Real compute time counts toward it (only the remainder is slept); if the real compute
    was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
-4. **Send** the result (header + message) with a non-blocking buffer send, tag ``t mod 32767``, and complete it
-   by polling before the buffer is written again. The message is copied into the send buffer before the sleep,
-   so that only the header is written after it. The worker counts as free from the moment it sent (the
+4. **Send** the result (the header, and the message unless it is in shared memory) with a non-blocking buffer
+   send, tag ``t mod 32767``, and complete it by polling before the buffer is written again. The message is
+   written (into the send buffer or the worker's shared segment) before the sleep, so that only the header is
+   written after it. The worker counts as free from the moment it sent (the
    simulator's ``free_i = arrival``): the transfer of the result, like that of the plan, counts toward the next
    emulated time.
 """
@@ -25,7 +28,6 @@ Worker ``i`` (rank ``i + 1``) loops:
 from __future__ import annotations
 
 import math
-import os
 import time
 
 import numpy as np
@@ -36,11 +38,6 @@ from gradcode.schemes._base import Plan
 from . import protocol as P
 from .config import RunConfig
 from .faults import Faults
-
-DEFER = os.environ.get("GRADCODE_DEFER", "1") == "1"
-LEAD_FACTOR = float(os.environ.get("GRADCODE_LEAD", "3"))
-LEAD_WINDOW = 4
-LEAD_MARGIN = 2e-3
 
 
 class Worker:
@@ -61,7 +58,6 @@ class Worker:
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
         self.free = 0.0          # wall time at which this worker sent its last result
-        self.computes: list[float] = []     # seconds of real compute per plan
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -104,18 +100,13 @@ class Worker:
         t, load, batch, k_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
-        target = self._emulated(t, load)
-        if not math.isfinite(target):
-            _hang()
-        if DEFER and not P.sleep_until(begin + target - self._lead(), self._stop_came):
-            return False
-        tick = time.time()
         payload = self._message(t, load, batch, k_parts, parts, w)
         P.check_model(self.shared, slot, t)
-        done = time.time()
-        real = done - tick
-        self.computes.append(real)
-        overrun = done > begin + target     # the real work alone took longer than the emulated time
+        real = time.time() - received
+        target = self._emulated(t, load)
+        overrun = received + real > begin + target     # the real work alone took longer than the emulated time
+        if not math.isfinite(target):
+            _hang()
         self.payload[:] = payload     # before the sleep: after it, only the header is left to write
         self.faults.maybe_poison(t, self.payload)
         if self.shared:
@@ -134,13 +125,6 @@ class Worker:
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
         plan = Plan(t=t, parts=own, k_parts=k_parts, load=np.full(self.n, load), batch=batch)
         return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
-
-    def _lead(self) -> float:
-        """How long before its emulated deadline a worker starts computing: a margin over its recent compute
-        times (all of them at once before it has any)."""
-        if not self.computes:
-            return math.inf
-        return LEAD_FACTOR * max(self.computes[-LEAD_WINDOW:]) + LEAD_MARGIN
 
     def _emulated(self, t: int, load: float) -> float:
         """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
