@@ -4,10 +4,11 @@ Each scheme runs as a real job (1 master + 8 workers, or 9 All-Reduce peers for 
 of tens of milliseconds (shifted exponential, ``a = 3``, ``mu = 0.5`` model units at ``time_scale = 0.01`` s:
 30 ms + an exponential of mean 20 ms at load 1; coded workers carry load 3; adaptive_k_load's loads grow from 1/8
 to 1, so its first iterations last only 4-10 ms). The workload is least squares with ``dim = 100000`` on 64
-samples, so every message and model is 1e5 float64 (800 kB). The ideal time is the simulator's arithmetic on the
-same draws with zero overhead, each iteration from where the workers are (``mpi_runtime/master.py``). Timing
-from an oversubscribed machine (9 ranks on 2 cores) measures the emulated delays plus the runtime's overhead, not
-real compute speed.
+samples, so every message and model is 1e5 float64 (800 kB); on one node they move through shared memory and
+only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
+ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the
+workers are (``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the
+emulated delays plus the runtime's overhead, not real compute speed.
 
 Each job runs ``--repeats`` times (default 3: the machine is shared and noisy); reported per scheme: the median
 over the repeats of ``overhead_ratio`` = measured total / ideal total (target <= 1.05) and every repeat's value,

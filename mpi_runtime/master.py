@@ -9,7 +9,9 @@ Iteration ``t``:
    never mixed into this iteration) it becomes idle and gets the current plan at once. This is the simulator's
    ``late_workers = "finish"``: a late worker starts the newest plan when it is free, ``begin = max(start,
    free)``. Every worker has at most one plan and one receive outstanding, so no buffer is ever written while a
-   request points at it.
+   request points at it. When the ranks share a node, the model is written once per iteration into a shared slot
+   that no busy worker reads, the plans name the slot, and the workers' messages come back through shared memory
+   too: only headers travel (``protocol.py``, :class:`~mpi_runtime.protocol.ModelSlots`).
 2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until the stop
    policy holds (:class:`gradcode.cluster.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the plan's
    deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
@@ -71,9 +73,15 @@ class Master(Driver):
         self.scale = cfg.time_scale
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
+        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.shared = P.open_shared(comm, d, self.length)
+        self.slots = P.ModelSlots(self.shared)
+        self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
         self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
-        self.recv_bufs = [np.full(P.RESULT_HEADER + self.length, 0.0) for _ in range(self.n)]
+        inline = 0 if self.shared else self.length
+        self.recv_bufs = [np.full(P.RESULT_HEADER + inline, 0.0) for _ in range(self.n)]
+        self.payloads = self.shared.messages if self.shared else [buf[P.RESULT_HEADER:] for buf in self.recv_bufs]
         self.total = np.zeros(self.length) if scheme.sums_messages else None   # running sum of the messages
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
@@ -109,6 +117,8 @@ class Master(Driver):
             finally:
                 self._write_record()
         unresponsive = self.shutdown() if error is None else sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
+        if self.shared and error is None and not unresponsive:
+            self.shared.close()     # collective: every worker has acknowledged the STOP
         np.save(self.out / "params.npy", self.w)
         write_summary(self.out, {**self.summary(), **self.cfg.summary_fields(unresponsive, error)})
         if error is not None:
@@ -124,6 +134,7 @@ class Master(Driver):
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
+        self.slot = self.slots.publish(t, self.w, self.slot_of[self.busy >= 0])
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
@@ -177,13 +188,12 @@ class Master(Driver):
     # --- sending and receiving ------------------------------------------------------------------------------
     def _send_plan(self, i: int, t: int, plan) -> None:
         P.wait(self.send_reqs[i])      # the worker took its previous plan; its buffer is free again
-        buf = self.send_bufs[i]
-        P.pack_plan(buf, t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i], self.w, self.capacity,
-                    self.stamp)
+        message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i],
+                              self.w, self.capacity, self.stamp, self.slot)
         tag = P.data_tag(t)
         self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
-        self.send_reqs[i] = self.comm.Isend(buf, dest=i + 1, tag=tag)
-        self.busy[i] = t
+        self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
+        self.busy[i], self.slot_of[i] = t, self.slot
         self.stats["sent"] += 1
         self.stats["computed"] += float(plan.load[i])
 
@@ -220,6 +230,8 @@ class Master(Driver):
         for i in done:
             self.busy[i] = -1
             self.recv_reqs[i] = MPI.REQUEST_NULL
+        if self.shared:
+            self.shared.sync()     # their payloads were written before the headers that announce them were sent
         return sorted(done, key=lambda i: self.recv_bufs[i][5])
 
     def _accept(self, i: int, t: int, plan) -> bool:
@@ -234,7 +246,7 @@ class Master(Driver):
             return False
         if hdr[4]:
             self.stats["overruns"].append(i)
-        payload = hdr[P.RESULT_HEADER:]
+        payload = self.payloads[i]
         if not _finite(payload):
             self.stats["erasures"].append(i)
             self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
@@ -246,7 +258,7 @@ class Master(Driver):
         that after the stop rule holds only the last one is left to add."""
         if self.total is None:
             return
-        payload = self.recv_bufs[i][P.RESULT_HEADER:]
+        payload = self.payloads[i]
         if first:
             np.copyto(self.total, payload)
         else:
@@ -264,8 +276,7 @@ class Master(Driver):
         """The scheme's estimate from the responders' messages."""
         if self.total is not None:
             return self.scheme.combine_sum(self.total, len(responders), plan)   # summed as they arrived (_add)
-        messages = np.stack([P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
-                             for i in responders])
+        messages = np.stack([P.from_payload(self.payloads[i], self.is_complex) for i in responders])
         return self.scheme.combine(messages, responders, plan)
 
     def evaluate(self, *args):

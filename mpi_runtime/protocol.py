@@ -4,9 +4,11 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
 ``Irecv``), never pickled:
 
 - **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), k_parts, n_parts, start wall time,
-  parts... (capacity P, padded with -1)]`` followed by the model ``w`` (``d`` values);
+  model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
+  is -1;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
-  wall time]`` followed by the message (``L`` values; a complex message travels as its float64 view, 2 per entry);
+  wall time]``, followed by the message (``L`` values; a complex message travels as its float64 view, 2 per
+  entry) unless the ranks share memory;
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
@@ -16,14 +18,26 @@ control. Control shares the data communicator on purpose: MPI keeps messages fro
 one communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
 been matched (and a pending receive for it can be cancelled safely, see :func:`cancel_receive`).
 
+**Shared memory.** When every rank runs on one node, the 800 kB-scale payloads do not travel at all: the master
+writes each model version once into a slot of a node-local shared window (``MPI.Win.Allocate_shared``) and the
+plan names the slot; each worker writes its message into its own segment before it waits out its emulated time,
+and the result on the wire is the header alone. Plans and results are then a few dozen bytes (MPI's eager
+protocol: no rendezvous, no copy through the master's progress engine on the critical path). Safety rests on the
+plan/answer discipline, not on timing: the master never rewrites a slot that a busy worker's plan names (see
+:class:`ModelSlots`), and a worker writes its segment only while it holds a plan, i.e. after the master has read
+its previous message. ``Win.Sync`` orders the writes before the message that announces them (the MPI-3 unified
+memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the
+messages, as laid out above.
+
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
-ones that work (REFERENCES section 6). Every wait here is ``Test`` + a short sleep (:data:`POLL`).
+ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import os
 import sys
 import time
 
@@ -34,8 +48,11 @@ POLL = 2e-4             # seconds between two tests of a pending request
 CTRL_TAG = 32767        # STOP / ACK
 TAG_MOD = 32767         # data tags are t mod TAG_MOD, i.e. 0..32766
 
-PLAN_HEADER = 6         # t, load, batch, k_parts, n_parts, wall time (time.time) when the master started iteration t
+PLAN_HEADER = 7         # t, load, batch, k_parts, n_parts, wall time (time.time) when the master started iteration t,
+#                         model slot in shared memory (-1: the model follows in the plan)
 RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
+SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
+MODEL_SLOTS = 8         # at most this many model versions in shared memory (n + 1 always suffice, see ModelSlots)
 
 
 class RunFailure(RuntimeError):
@@ -52,23 +69,32 @@ def plan_size(parts_capacity: int, d: int) -> int:
 
 
 def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: int, parts, w: np.ndarray,
-              capacity: int, stamp: float) -> None:
-    """Write worker ``i``'s plan and the model into ``buf`` (which no pending request may point at)."""
+              capacity: int, stamp: float, slot: int = -1) -> np.ndarray:
+    """Write worker ``i``'s plan into ``buf`` (which no pending request may point at), and the model too unless it
+    is in shared-memory slot ``slot``. Returns the part of ``buf`` to send."""
     parts = tuple(parts)
     if len(parts) > capacity:
         raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
-    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts), stamp)
+    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts), stamp, slot)
     buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
     buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
+    if slot >= 0:
+        return buf[:PLAN_HEADER + capacity]
     buf[PLAN_HEADER + capacity:] = w
+    return buf
 
 
-def unpack_plan(buf: np.ndarray, capacity: int):
-    """``(t, load, batch, k_parts, parts, w, stamp)``; ``w`` is a view into ``buf``."""
-    t, load, batch, k_parts, n_parts, stamp = buf[:PLAN_HEADER]
+def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
+    """``(t, load, batch, k_parts, parts, w, stamp, slot)``; ``w`` is a view into ``buf`` or into the shared slot
+    that the plan names (never a copy; see :func:`check_model`)."""
+    t, load, batch, k_parts, n_parts, stamp, slot = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_parts)])
-    return (int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, buf[PLAN_HEADER + capacity:],
-            float(stamp))
+    if slot >= 0:
+        shared.sync()      # the master's write of the slot happened before its send of this plan
+        w = shared.models[int(slot)]
+    else:
+        w = buf[PLAN_HEADER + capacity:]
+    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, w, float(stamp), int(slot)
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:
@@ -146,3 +172,101 @@ def warm_up(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]], recvs: list[tup
     for request in requests:
         wait(request)
     warm.Free()
+
+
+class SharedMemory:
+    """The node-local shared window of a run (collective over ``comm``, every rank on one node): rank 0's segment
+    holds ``slots`` model versions of ``d`` values, worker rank ``r``'s segment one message of ``length`` values.
+    Every rank sees every segment as a numpy array; a passive epoch stays open for the whole run and
+    :meth:`sync` (``Win.Sync``, a memory barrier) orders a rank's writes before the message that announces them
+    and another rank's reads after it."""
+
+    def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int):
+        own = slots * (1 + d) if comm.Get_rank() == 0 else length
+        self.win = MPI.Win.Allocate_shared(own * 8, 8, comm=comm)
+        rows = self._segment(0).reshape(slots, 1 + d)
+        # each slot: the iteration whose model it holds (-1 while being written), then the model
+        self.versions, self.models = rows[:, 0], rows[:, 1:]
+        self.messages = [self._segment(r) for r in range(1, comm.Get_size())]
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        # first touch here, not in iteration 0: each rank writes its own segment and maps everyone else's
+        (rows if comm.Get_rank() == 0 else self.messages[comm.Get_rank() - 1])[...] = -1.0
+        self.sync()
+        comm.Barrier()
+        self.sync()
+        for segment in [rows, *self.messages]:
+            segment.sum()
+
+    def _segment(self, rank: int) -> np.ndarray:
+        buf, _ = self.win.Shared_query(rank)
+        return np.frombuffer(buf, dtype=np.float64)
+
+    def sync(self) -> None:
+        self.win.Sync()
+
+    def close(self) -> None:
+        """Collective: only when every rank reaches the end of the run (never before an ``MPI_Abort``)."""
+        self.win.Unlock_all()
+        self.win.Free()
+
+
+def open_shared(comm: MPI.Comm, d: int, length: int) -> SharedMemory | None:
+    """The run's shared window (``min(ranks, MODEL_SLOTS)`` model slots: one more than the workers), or None
+    (the payloads then travel in the messages) if the ranks span several nodes or ``GRADCODE_MPI_SHARED=0``.
+    Collective; every rank comes to the same answer (one node holds all the ranks or none does; the launcher gives
+    every rank the same environment)."""
+    if os.environ.get(SHARED_ENV, "1") == "0":
+        return None
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    one_node = node.Get_size() == comm.Get_size()
+    node.Free()
+    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS)) if one_node else None
+
+
+class ModelSlots:
+    """Which shared slot holds which model version (master side).
+
+    The model of iteration ``t`` goes into a slot that no busy worker's plan names: a busy worker may still be
+    reading its own version (a late worker computes on the model of the plan it holds, never a newer or older one),
+    and it is busy until the master has its answer, i.e. until it has finished reading. Busy workers name at most
+    ``n`` slots, so ``n + 1`` slots always leave one free; with fewer (``MODEL_SLOTS`` caps the memory) the model
+    travels in the plans of an iteration that finds none free."""
+
+    def __init__(self, shared: SharedMemory | None):
+        self.shared = shared
+
+    def publish(self, t: int, w: np.ndarray, held) -> int:
+        """Write ``w``, the model of iteration ``t``, into a slot not in ``held`` (slots named by busy workers'
+        plans); its index, or -1 if none is free (or nothing is shared): then the model goes in the plans."""
+        shared = self.shared
+        if shared is None:
+            return -1
+        slot = free_slot(held, len(shared.models))
+        if slot >= 0:
+            # version -1 while the model is rewritten: a reader that overlapped the write sees a version not its own
+            shared.versions[slot] = -1
+            shared.sync()
+            np.copyto(shared.models[slot], w)
+            shared.sync()
+            shared.versions[slot] = t
+            shared.sync()
+        return slot
+
+
+def check_model(shared: SharedMemory | None, slot: int, t: int) -> None:
+    """After a worker has read the model of plan ``t`` from ``slot``: raise :class:`RunFailure` unless the slot
+    still holds iteration ``t`` (a seqlock's second read: the master marks a slot -1 before rewriting it, so a
+    read that overlapped a rewrite, or came after one, is caught). A guard on :class:`ModelSlots`, never expected
+    to fire."""
+    if slot < 0:
+        return
+    shared.sync()
+    if shared.versions[slot] != t:
+        raise RunFailure(f"model slot {slot} was rewritten (version {shared.versions[slot]:g}) while a worker "
+                         f"computed on it for iteration {t}")
+
+
+def free_slot(held, slots: int) -> int:
+    """The lowest slot in ``range(slots)`` not in ``held``; -1 if all are held."""
+    taken = set(int(s) for s in held)
+    return next((s for s in range(slots) if s not in taken), -1)

@@ -3,21 +3,24 @@
 Worker ``i`` (rank ``i + 1``) loops:
 
 1. **Wait for a plan** by polling (``Iprobe`` + short sleep). If several plans are queued (it was busy), it drains
-   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``).
+   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``). The
+   model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the plan names
+   (``protocol.py``), checked after the compute to still hold the plan's version.
 2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
    ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
 3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds
    from ``begin = max(start of the iteration at the master, when this worker became free)``, the simulator's
-   ``begin_i = max(start, free_i)``: the time the plan and the model spent in transit, like the real compute,
-   counts toward the emulated time instead of adding to it (the start travels in the plan as wall-clock time, exact
-   on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the future is clipped to the
-   receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
+   ``begin_i = max(start, free_i)``: the time the plan (and the model, if it travels) spent in transit, like the
+   real compute, counts toward the emulated time instead of adding to it (the start travels in the plan as
+   wall-clock time, exact on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the
+   future is clipped to the receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
    (common random numbers). Real compute time counts toward it (only the remainder is slept); if the real compute
    was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
-4. **Send** the result (header + message) with a non-blocking buffer send, tag ``t mod 32767``, and complete it
-   by polling before the buffer is written again. The message is copied into the send buffer before the sleep,
-   so that only the header is written after it. The worker counts as free from the moment it sent (the
+4. **Send** the result (the header, and the message unless it is in shared memory) with a non-blocking buffer
+   send, tag ``t mod 32767``, and complete it by polling before the buffer is written again. The message is
+   written (into the send buffer or the worker's shared segment) before the sleep, so that only the header is
+   written after it. The worker counts as free from the moment it sent (the
    simulator's ``free_i = arrival``): the transfer of the result, like that of the plan, counts toward the next
    emulated time.
 """
@@ -45,10 +48,13 @@ class Worker:
         self.capacity = capacity
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
+        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.shared = P.open_shared(comm, d, self.length)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
         # written once here, so that the page faults of first use do not land in iteration 0
         self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
-        self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
+        self.result = np.full(P.RESULT_HEADER + (0 if self.shared else self.length), 0.0)
+        self.payload = self.shared.messages[self.i] if self.shared else self.result[P.RESULT_HEADER:]
         self.ctrl = np.zeros(1)
         self.faults = Faults(comm.Get_rank())
         self.free = 0.0          # wall time at which this worker sent its last result
@@ -59,10 +65,10 @@ class Worker:
         P.wait(self.comm.Ibarrier())     # the master starts its clock after this
         while True:
             current = self._next_plan()
-            if current is None:
-                return
-            if not self._work(self.plans[current]):
-                return
+            if current is None or not self._work(self.plans[current]):
+                break          # a STOP, answered with ACK
+        if self.shared:
+            self.shared.close()     # collective with the master, which has every ACK
 
     def _next_plan(self) -> int | None:
         """Index of the buffer holding the newest queued plan; None on STOP."""
@@ -91,20 +97,23 @@ class Worker:
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
         received = time.time()
-        t, load, batch, k_parts, parts, w, stamp = P.unpack_plan(buf, self.capacity)
+        t, load, batch, k_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
         payload = self._message(t, load, batch, k_parts, parts, w)
+        P.check_model(self.shared, slot, t)
         real = time.time() - received
         target = self._emulated(t, load)
         overrun = received + real > begin + target     # the real work alone took longer than the emulated time
         if not math.isfinite(target):
             _hang()
-        hdr = self.result
-        hdr[P.RESULT_HEADER:] = payload     # before the sleep: after it, only the header is left to write
-        self.faults.maybe_poison(t, hdr[P.RESULT_HEADER:])
+        self.payload[:] = payload     # before the sleep: after it, only the header is left to write
+        self.faults.maybe_poison(t, self.payload)
+        if self.shared:
+            self.shared.sync()        # the payload is written before the header that announces it is sent
         if not P.sleep_until(begin + target, self._stop_came):
             return False
+        hdr = self.result
         hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))

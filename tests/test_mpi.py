@@ -23,7 +23,7 @@ import tomli_w
 from gradcode.report import read_records
 from gradcode.sim import simulate
 from gradcode.spec import build, load_spec, run_kwargs
-from mpi_runtime.launch import prepare
+from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
 
 SCALE = 0.02            # seconds per model time unit
 GAP = 1.5               # model units = 30 ms
@@ -158,11 +158,14 @@ def test_loss_evaluation_is_off_the_clock(tmp_path):
     assert sum(gaps) < 0.5 * sum(evaluation[:-1]), (gaps, evaluation)
 
 
-def test_stale_messages_never_mixed_in(tmp_path):
+@pytest.mark.parametrize("shared", ["1", "0"])
+def test_stale_messages_never_mixed_in(shared, tmp_path):
     """fastest_k with k = 1 of 4: the three late workers finish during the next iteration(s); their messages
-    arrive there, are dropped by the iteration in their header, and the run still equals the simulation."""
+    arrive there, are dropped by the iteration in their header, and the run still equals the simulation. With
+    the payloads in shared memory (late workers then read their model slot while the master publishes newer
+    versions in others: a rewritten slot would fail the job) and in messages."""
     spec = _separated(lambda seed: _spec({"name": "fastest_k", "k": 1}, seed=seed), _master_gaps)
-    proc, out = _run_mpi(spec, tmp_path)
+    proc, out = _run_mpi(spec, tmp_path, env_extra={"GRADCODE_MPI_SHARED": shared})
     assert proc.returncode == 0, proc.stderr
     mpi = _records(out)
     sim = _simulated(spec)
@@ -170,6 +173,54 @@ def test_stale_messages_never_mixed_in(tmp_path):
     _no_iteration_beats_its_ideal(mpi)      # the ideal starts from the late workers' zero-overhead free times
     assert [sorted(r["responders"]) for r in mpi] == [sorted(int(i) for i in r["responders"]) for r in sim.records]
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+
+
+SLOTS_SCRIPT = """
+import numpy as np
+from mpi4py import MPI
+from mpi_runtime import protocol as P
+
+comm = MPI.COMM_WORLD
+shared = P.open_shared(comm, 4, 4)
+slots = P.ModelSlots(shared)
+if comm.rank == 0:
+    first = slots.publish(0, np.zeros(4), held=[])
+    comm.send(first, dest=1)
+    comm.recv(source=1)                                     # worker 1 holds the plan of iteration 0
+    second = slots.publish(1, np.ones(4), held=[first])     # a newer model while it computes: another slot
+    comm.send(second, dest=1)
+    comm.recv(source=1)
+    slots.publish(2, np.full(4, 2.0), held=[])              # a wrong policy: rewrites the slot worker 1 reads
+    comm.send(None, dest=1)
+else:
+    first = comm.recv(source=0)
+    comm.send(None, dest=0)
+    second = comm.recv(source=0)
+    P.check_model(shared, first, 0)
+    print("distinct", first != second, "model", shared.models[first].tolist(), flush=True)
+    comm.send(None, dest=0)
+    comm.recv(source=0)
+    try:
+        P.check_model(shared, first, 0)
+        print("not caught", flush=True)
+    except P.RunFailure as err:
+        print("caught:", err, flush=True)
+comm.Barrier()
+shared.close()
+"""
+
+
+def test_shared_model_slots_keep_a_busy_workers_version(tmp_path):
+    """The master never rewrites the slot a busy worker reads, and a rewrite would not go unnoticed."""
+    script = tmp_path / "slots.py"
+    script.write_text(SLOTS_SCRIPT)
+    exe = find_mpiexec()
+    env = environment(mpi_flavor(exe))
+    proc = subprocess.run([exe, "-n", "2", sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "distinct True model [0.0, 0.0, 0.0, 0.0]" in proc.stdout
+    assert "caught: model slot 0 was rewritten (version 2)" in proc.stdout, proc.stdout
 
 
 def test_dropcompute_agrees_with_simulator(tmp_path):
