@@ -33,7 +33,7 @@ USER_CLASSES = '''
 import numpy as np
 
 from gradcode import Code, DelayModel, Scheme, Workload
-from gradcode.codes.repetition import CyclicRepetition
+from gradcode.codes.cyclic import CyclicRepetition
 from gradcode.schemes import Combined
 from gradcode.schemes.uncoded import Sync
 
