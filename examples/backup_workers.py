@@ -127,7 +127,7 @@ def main(argv=None) -> list[dict]:
             g4 = 1 - sel[4]["time_to_target"] / sel[0]["time_to_target"]
             text.append(f"  - the first 4 backups give {g4:.0%} of that ({g4 / gain:.0%} of the total gain); "
                         f"N = 96, b = 4 reaches {sel[4]['throughput'] / best_thr['throughput']:.0%} of the best "
-                        f"gradients per unit time")
+                        "gradients per unit time")
     text += ["", "## N = 50: median step with 0 vs 4 extra machines (docs/references.md recalls a ~23% cut)", "",
              table(["delay", "median step, 50 + 0", "median step, 50 + 4", "cut", "cut - 23%"],
                    fifty_workers(iterations))]
