@@ -3,8 +3,8 @@
 Question. Chen et al. ("Revisiting Distributed Synchronous SGD") run ``N + b`` machines and update with the first
 ``N`` fresh gradients. More backups cut the step time (the slowest ``b`` are never awaited) but each step averages
 fewer gradients. Where is the best ``b``, and how fast do the returns diminish? The literature recalls
-(docs/references.md#uncoded-schemes) "``N = 96, b = 4`` on 100 machines was a strong setting" and "with 50 workers,
-4 backups cut the median step time by about 23%" [recalled, secondary sources].
+(``docs/references.md#uncoded-schemes``) "``N = 96, b = 4`` on 100 machines was a strong setting" and "with 50
+workers, 4 backups cut the median step time by about 23%" [recalled, secondary sources].
 
 Setup. ``N + b = 100``, ``b = 0..20``; two delay models: shifted exponential (``a = 1, mu = 2``: half of the mean
 time is straggling) and the replayed ByteDance SE trace. Late workers finish their stale work (it is dropped by

@@ -2,8 +2,8 @@
 
 Question. An exact gradient code with parameter ``s`` recovers the full gradient from any ``n - s`` workers. What
 happens with more stragglers than ``s`` (exact codes should fail or degrade, approximate codes degrade gracefully),
-and how accurate is the "exact" decode in floating point as ``n`` grows (docs/references.md#gradient-codes, numerical
-stability)?
+and how accurate is the "exact" decode in floating point as ``n`` grows (``docs/references.md#gradient-codes``,
+numerical stability)?
 
 Setup. Part 1: ``n = 20, s = 3``, every code of ``gradcode.list_codes()`` except ``uncoded``; ``r = 0..14``
 stragglers, 100 random straggler sets per ``r`` (seeded); the decoding residual ``||B_F^T a - 1|| / sqrt(k)`` with
@@ -16,16 +16,16 @@ quantization is exact and every code sees the same input); worst residual and wo
 complex form is shown at ``n + 1`` (``(21, 3), (41, 9), (81, 19)``, ``n - s`` even).
 
 Finding. Part 1: the exact codes decode to ~1e-14 up to ``s = 3`` stragglers and then jump (cyclic repetition 0.31,
-Reed-Solomon 0.25, cyclic MDS 0.03 at 4 stragglers: the least-squares fallback); fractional repetition stays exactly 0
-up to 5 stragglers (a whole group rarely goes missing); the finite-field code cannot decode past ``s`` at all (plotted
-as a failure); the approximate codes start above zero at 1 straggler (expander 0.03, stochastic 0.04) and grow smoothly
-to ~0.5 at 14 (graph and ErasureHead stay exact longer). Part 2 (worst relative error, ours vs the table in
-docs/references.md#gradient-codes): cyclic repetition 3e-11 / 1e-10 / 2e-9 (ref 7e-13 / 3e-12 / 1e-10, about 10-40x
-worse: a different random ``H``); real cyclic MDS 2e-14 / 9e-10 / 7e-10 (ref 1e-14 / 3e-12 / 7e-10) and at (80, 19) it
-*raises* on all 80 bursts (residual above the 1e-8 tolerance) instead of returning the reference's 0.46-error gradient;
-complex cyclic MDS likewise (1e-9, raises on 81 bursts at n = 81); Reed-Solomon with its default golden-ratio node order
-is far better than the reference's unit-circle nodes (4e-12 vs 4e-3 at (80, 19)); fractional repetition and the
-finite-field code are exactly 0 everywhere.
+Reed-Solomon 0.25, cyclic MDS 0.03 at 4 stragglers: the least-squares fallback); fractional repetition stays exactly
+0 up to 5 stragglers (a whole group rarely goes missing); the finite-field code cannot decode past ``s`` at all
+(plotted as a failure); the approximate codes start above zero at 1 straggler (expander 0.03, stochastic 0.04) and
+grow smoothly to ~0.5 at 14 (graph and ErasureHead stay exact longer). Part 2 (worst relative error, ours vs the table
+in ``docs/references.md#gradient-codes``): cyclic repetition 3e-11 / 1e-10 / 2e-9 (ref 7e-13 / 3e-12 / 1e-10, about
+10-40x worse: a different random ``H``); real cyclic MDS 2e-14 / 9e-10 / 7e-10 (ref 1e-14 / 3e-12 / 7e-10) and at
+(80, 19) it *raises* on all 80 bursts (residual above the 1e-8 tolerance) instead of returning the reference's
+0.46-error gradient; complex cyclic MDS likewise (1e-9, raises on 81 bursts at n = 81); Reed-Solomon with its default
+golden-ratio node order is far better than the reference's unit-circle nodes (4e-12 vs 4e-3 at (80, 19)); fractional
+repetition and the finite-field code are exactly 0 everywhere.
 Run: ``python examples/codes_under_stragglers.py [--quick] [--out DIR]``.
 """
 
