@@ -2,7 +2,8 @@
 
 Question. An exact gradient code with parameter ``s`` recovers the full gradient from any ``n - s`` workers. What
 happens with more stragglers than ``s`` (exact codes should fail or degrade, approximate codes degrade gracefully),
-and how accurate is the "exact" decode in floating point as ``n`` grows (REFERENCES section 5, numerical stability)?
+and how accurate is the "exact" decode in floating point as ``n`` grows (``docs/references.md#gradient-codes``,
+numerical stability)?
 
 Setup. Part 1: ``n = 20, s = 3``, every code of ``gradcode.list_codes()`` except ``uncoded``; ``r = 0..14``
 stragglers, 100 random straggler sets per ``r`` (seeded); the decoding residual ``||B_F^T a - 1|| / sqrt(k)`` with
@@ -18,13 +19,13 @@ Finding. Part 1: the exact codes decode to ~1e-14 up to ``s = 3`` stragglers and
 Reed-Solomon 0.25, cyclic MDS 0.03 at 4 stragglers: the least-squares fallback); fractional repetition stays exactly
 0 up to 5 stragglers (a whole group rarely goes missing); the finite-field code cannot decode past ``s`` at all
 (plotted as a failure); the approximate codes start above zero at 1 straggler (expander 0.03, stochastic 0.04) and
-grow smoothly to ~0.5 at 14 (graph and ErasureHead stay exact longer). Part 2 (worst relative error, ours vs
-REFERENCES): cyclic repetition 3e-11 / 1e-10 / 2e-9 (ref 7e-13 / 3e-12 / 1e-10, about 10-40x worse: a different
-random ``H``); real cyclic MDS 2e-14 / 9e-10 / 7e-10 (ref 1e-14 / 3e-12 / 7e-10) and at (80, 19) it *raises* on all
-80 bursts (residual above the 1e-8 tolerance) instead of returning the reference's 0.46-error gradient; complex
-cyclic MDS likewise (1e-9, raises on 81 bursts at n = 81); Reed-Solomon with its default golden-ratio node order is
-far better than the reference's unit-circle nodes (4e-12 vs 4e-3 at (80, 19)); fractional repetition and the
-finite-field code are exactly 0 everywhere.
+grow smoothly to ~0.5 at 14 (graph and ErasureHead stay exact longer). Part 2 (worst relative error, ours vs the table
+in ``docs/references.md#gradient-codes``): cyclic repetition 3e-11 / 1e-10 / 2e-9 (ref 7e-13 / 3e-12 / 1e-10, about
+10-40x worse: a different random ``H``); real cyclic MDS 2e-14 / 9e-10 / 7e-10 (ref 1e-14 / 3e-12 / 7e-10) and at
+(80, 19) it *raises* on all 80 bursts (residual above the 1e-8 tolerance) instead of returning the reference's
+0.46-error gradient; complex cyclic MDS likewise (1e-9, raises on 81 bursts at n = 81); Reed-Solomon with its default
+golden-ratio node order is far better than the reference's unit-circle nodes (4e-12 vs 4e-3 at (80, 19)); fractional
+repetition and the finite-field code are exactly 0 everywhere.
 Run: ``python examples/codes_under_stragglers.py [--quick] [--out DIR]``.
 """
 
@@ -42,7 +43,8 @@ from gradcode import IllConditionedError, NotDecodableError, list_codes, make_co
 NAME = "codes_under_stragglers"
 STABILITY_CODES = ("fractional_repetition", "cyclic_repetition", "cyclic_mds", "cyclic_mds complex", "reed_solomon",
                    "reed_solomon_gf")
-# REFERENCES section 5, worst relative gradient error (the reference has no finite-field column; RS = unit circle)
+# docs/references.md#gradient-codes, numerical stability: worst relative gradient error (the reference has no
+# finite-field column; RS = unit circle)
 REFERENCE = {
     (20, 3): {"cyclic_repetition": "7e-13", "cyclic_mds complex": "4e-13", "cyclic_mds": "1e-14",
               "reed_solomon": "9e-14", "fractional_repetition": "8e-16"},
@@ -161,7 +163,7 @@ def main(argv=None) -> dict:
             f"## Mean residual (auto decoding) vs number of stragglers, n = 20, s = 3, {count_curve} random sets", "",
             table(["code"] + [str(r) for r in rs], rows), "",
             f"## Worst relative gradient error of the exact decode ({count_table} random sets of s stragglers + all "
-            "n bursts); ours / REFERENCES", "",
+            "n bursts); ours / docs/references.md", "",
             table(["n, s"] + list(STABILITY_CODES),
                   [[f"{n}, {s}"] + [f"{cell(stab[(n, s)][c])} / {REFERENCE[(n, s)].get(c, '-')}"
                                     for c in STABILITY_CODES] for n, s in sizes]), "",

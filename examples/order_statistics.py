@@ -6,9 +6,9 @@ fastest-k as a function of ``k``. Does the simulator reproduce the textbook clos
 Setup. ``n = 20`` workers, ``k = 1..n``, three delay models of one unit of work: exponential (``mu = 1``), shifted
 exponential (``a = 1, mu = 1``) and Pareto (``alpha = 2.5, t_m = 1``, a heavy tail). Timing only, with
 ``late_workers="abandon"`` (every iteration draws fresh times: the textbook model), 20,000 iterations per point. The
-theory column is the closed form of REFERENCES section 2 (``(H_n - H_{n-k})/mu``, ``a + (H_n - H_{n-k})/mu``, and the
-Pareto formula via Beta order statistics), cross-checked by numeric integration of the CDF
-(``expected_order_statistic(method="numeric")``).
+theory column is the closed form of ``docs/references.md#order-statistics`` (``(H_n - H_{n-k})/mu``,
+``a + (H_n - H_{n-k})/mu``, and the Pareto formula via Beta order statistics), cross-checked by numeric integration
+of the CDF (``expected_order_statistic(method="numeric")``).
 
 Finding. The simulated means sit on the closed forms (largest relative error 1.0% at 20,000 iterations; the numeric
 integral agrees with the closed form to 1.5e-14). The curves are flat for small ``k`` and climb for the last few

@@ -252,21 +252,15 @@ def execute(run: RunPlan, runs_dir: Path) -> bool:
 
 def _run_sim(run: RunPlan, folder: Path) -> int:
     from . import sim
-    from .cluster import jsonable
+    from .cluster import RecordWriter, write_summary
 
     spec = load_spec(run.spec)
     (scheme,), delay, workload = build(spec)
-    count = 0
-    with open(folder / "records.jsonl", "w") as fh:
-        def write(rec: dict) -> None:
-            nonlocal count
-            fh.write(json.dumps(rec, default=jsonable) + "\n")
-            fh.flush()
-            count += 1
-
-        result = sim.simulate(scheme, delay, workload, on_record=write, **run_kwargs(spec))
-    (folder / "summary.json").write_text(json.dumps(result.summary, indent=2, default=jsonable) + "\n")
-    return count
+    # records reach the disk as they are made, so a run cut short keeps its finished iterations
+    with RecordWriter(folder / "records.jsonl") as writer:
+        result = sim.simulate(scheme, delay, workload, on_record=writer.write, **run_kwargs(spec))
+    write_summary(folder, result.summary)
+    return len(result.records)
 
 
 def _run_mpi(run: RunPlan, folder: Path) -> int:

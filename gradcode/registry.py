@@ -192,13 +192,14 @@ def summary_of(cls: type) -> str:
 
 def params_of(cls: type) -> list[Param]:
     """The keyword parameters of ``cls(...)`` with defaults, following ``**kwargs`` up the class hierarchy."""
+    accepted = set(accepted_params(cls))
     found: dict[str, Param] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         for p in inspect.signature(init).parameters.values():
-            if p.name in found or p.name not in accepted_params(cls):
+            if p.name in found or p.name not in accepted:
                 continue
             ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
             found[p.name] = Param(p.name, None if p.default is p.empty else p.default, p.default is p.empty,

@@ -4,7 +4,7 @@ Design
 ------
 The report reads each run folder written by :mod:`gradcode.harness` (``run.json``: labels and unit constants;
 ``records.jsonl``: what the cluster measured; ``COMPLETE``: the run finished) and turns every run into one summary
-row with :func:`gradcode.sim.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
+row with :func:`gradcode.cluster.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
 ``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed) is
 reported with ``status = "partial"`` and is flagged wherever it appears; a truncated last line is dropped.
 
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from .cluster import summarize
 from .errors import ConfigError
-from .sim import summarize
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",

@@ -49,7 +49,7 @@ from .schemes import Scheme
 from .schemes._base import Plan
 from .workloads import make_workload
 
-__all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "simulate", "summarize"]
+__all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "simulate"]
 
 
 @dataclass

@@ -110,7 +110,7 @@ class ReedSolomonGF(ReedSolomonBase):
         if not galois.is_prime(self.p):
             raise ConfigError(f"reed_solomon_gf: p must be a prime <= 2^31, got p = {self.p}; e.g. 2**31 - 1")
         if self.p <= self.n:
-            raise ConfigError(f"reed_solomon_gf: p must exceed n (n distinct nonzero nodes), got "
+            raise ConfigError("reed_solomon_gf: p must exceed n (n distinct nonzero nodes), got "
                               f"p = {self.p}, n = {self.n}")
         half, k, scale = (self.p - 1) // 2, self.n, 2.0**self.frac_bits
         if self._max_abs_arg is None:

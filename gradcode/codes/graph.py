@@ -52,7 +52,7 @@ class GraphCode(Code):
             down = [n for n in range(self.n - 1, 0, -1) if (2 * n) % d == 0 and 2 * n > d * d][:1]
             near = sorted(set(down + [_graph_code_sizes(self.s, self.n)]))
             raise ConfigError(
-                f"graph: needs (s + 1) | 2n (an (s+1)-regular graph with n edges) and k = 2n/(s+1) > s + 1 "
+                "graph: needs (s + 1) | 2n (an (s+1)-regular graph with n edges) and k = 2n/(s+1) > s + 1 "
                 f"vertices, got n = {self.n}, s = {self.s}; accepted for s = {self.s}: n in {near} (or any n "
                 f"with 2n divisible by {d} and 2n > {d * d})"
             )

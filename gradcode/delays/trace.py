@@ -89,7 +89,7 @@ class TraceDelay(DelayModel):
             path = os.path.abspath(trace)
         else:
             raise ConfigError(f"trace {str(trace)!r} is neither a shipped trace ({', '.join(shipped)}) nor an "
-                              f"existing CSV file")
+                              "existing CSV file")
         times, pairs = _parse_trace(path, os.path.getmtime(path))
         self.trace, self.normalize = str(trace), bool(normalize)
         self.scale = float(times.mean()) if normalize else 1.0

@@ -19,7 +19,7 @@ scheme returns as a :class:`Schedule` for the clusters to execute, and an All-Re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -51,12 +51,12 @@ class Plan:
 
 @dataclass
 class Combined:
-    """A gradient estimate and what decoding it cost: residual (0 for uncoded averaging), method, weights used."""
+    """A gradient estimate and what decoding it cost: residual (0 for uncoded averaging) and method (both go into the
+    iteration's record)."""
 
     gradient: np.ndarray
     residual: float = 0.0
     method: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Scheme:

@@ -1,10 +1,10 @@
 """Adaptive fastest-k, and adaptive k together with an adaptive computation load.
 
 Both start by waiting for few workers (fast, noisy iterations) and wait for more once training stalls. Stalling is
-detected by a Pflug-type stationarity test (REFERENCES section 3, [recalled]; this is the project's reading): after a
-burn-in, accumulate the inner products ``<g_t, g_{t-1}>`` of consecutive gradient estimates. While the iterate
-still travels they are positive on average; near the noise floor consecutive noisy gradients point in opposing
-directions and the running sum turns negative. When it does, the test fires and resets.
+detected by a Pflug-type stationarity test (``docs/references.md#uncoded-schemes``, [recalled]; the project's
+reading): after a burn-in, accumulate the inner products ``<g_t, g_{t-1}>`` of consecutive gradient estimates.
+While the iterate still travels they are positive on average; near the noise floor consecutive noisy gradients point
+in opposing directions and the running sum turns negative. When it does, the test fires and resets.
 """
 
 from __future__ import annotations
