@@ -32,7 +32,7 @@ np.set_printoptions(precision=3, suppress=True, linewidth=110)
 
 def lesson_code(say) -> dict:
     # --- 1. The setting --------------------------------------------------------------------------------------
-    # The data is cut into k = n partitions; g_j is the gradient on partition j; the master wants g = sum_j g_j.
+    # The data is cut into n_parts = n partitions; g_j is the gradient on partition j; the master wants g = sum_j g_j.
     # A straggler is a worker that is late. A gradient code lets the master ignore any s of them.
     code = make_code("cyclic_repetition", n=N, s=S, seed=0)   # seeded: B contains random numbers
     say(f"## 1. The code: {code!r}")
@@ -64,7 +64,7 @@ def lesson_code(say) -> dict:
     say("## 4. Workers 1 and 4 straggle; decode from workers 0, 2, 3, 5")
     say(f"- decoding weights a = {dec.weights} (zero for the stragglers), method = {dec.method}")
     say(f"- check: a^T B = {dec.weights @ code.B} (should be all ones)")
-    say(f"- residual ||B_F^T a - 1|| / sqrt(k) = {dec.residual:.1e}: always reported, never hidden")
+    say(f"- residual ||B_F^T a - 1|| / sqrt(n_parts) = {dec.residual:.1e}: always reported, never hidden")
     say(f"- recovered gradient sum_i a_i y_i = {estimate}; error = {np.linalg.norm(estimate - truth):.1e}")
 
     # --- 5. Too many stragglers --------------------------------------------------------------------------------

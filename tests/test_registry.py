@@ -59,7 +59,7 @@ class FirstHalf(Scheme):
         return max(1, self.n // 2)
 
     def combine(self, messages, responders, plan):
-        return Combined(messages.sum(axis=0) * plan.k_parts / len(responders), method="average")
+        return Combined(messages.sum(axis=0) * plan.n_parts / len(responders), method="average")
 
 
 class NoBatch(FirstHalf):

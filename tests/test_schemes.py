@@ -178,7 +178,7 @@ def test_dropcompute_warmup_then_fixed_tau():
     assert scheme.plan(1).tau == float("inf")
     assert scheme.plan(2).tau == 2.5
     parts = scheme.plan(0).parts
-    assert parts[1] == (3, 4, 5) and scheme.plan(0).k_parts == 12
+    assert parts[1] == (3, 4, 5) and scheme.plan(0).n_parts == 12
 
 
 def test_dropcompute_normalizations():

@@ -273,7 +273,7 @@ class FirstChunks(DecentralizedScheme):
         self.reset()
 
     def plan(self, t: int) -> Plan:
-        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, float(self.M)),
+        return Plan(t=t, parts=self._parts, n_parts=self.n * self.M, load=np.full(self.n, float(self.M)),
                     micro_batches=self.M)
 
     def micro_times(self, delay, seed, t):
@@ -288,7 +288,7 @@ class FirstChunks(DecentralizedScheme):
                         comm_time=comm_time)
 
     def combine_sum(self, total, parts, plan) -> Combined:
-        return Combined(total * (plan.k_parts / parts), method="toy")
+        return Combined(total * (plan.n_parts / parts), method="toy")
 
     def observe(self, t, micro, comm_time) -> None:
         self.seen.append(t)

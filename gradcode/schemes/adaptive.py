@@ -158,7 +158,7 @@ class AdaptiveKLoad(_Averaging):
         if self.delay is None:
             raise ConfigError("adaptive_k_load needs the delay model to choose (k, b): pass delay=... or bind() it")
         load = np.full(self.n, self.state.b / self.batch)
-        return Plan(t=t, parts=self._own_parts, k_parts=self.n, load=load, batch=self.state.b)
+        return Plan(t=t, parts=self._own_parts, n_parts=self.n, load=load, batch=self.state.b)
 
     def stop_count(self) -> int:
         return self.state.k

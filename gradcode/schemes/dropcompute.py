@@ -130,7 +130,7 @@ class DropCompute(DecentralizedScheme):
         return float("inf") if t < self.warmup else self.state.tau
 
     def plan(self, t: int) -> Plan:
-        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
+        return Plan(t=t, parts=self._parts, n_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
                     batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
 
     @property
@@ -159,7 +159,7 @@ class DropCompute(DecentralizedScheme):
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The update direction from the All-Reduced gradient sum of ``parts`` micro-batches: ``'total'``, the sum as
         is (a dropped micro-batch counts as a zero gradient); ``'computed'``, rescaled by ``N*M / parts``."""
-        scale = 1.0 if self.normalize == "total" else (plan.k_parts / parts if parts else 0.0)
+        scale = 1.0 if self.normalize == "total" else (plan.n_parts / parts if parts else 0.0)
         return Combined(np.asarray(total) * scale, method=self.normalize)
 
     def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """Waiting for fewer workers, without coding: synchronous SGD, fastest-k, backup workers.
 
-Each of the ``n`` workers computes one partition of the data (``k_parts = n``) and sends the plain sum of its
+Each of the ``n`` workers computes one partition of the data (``n_parts = n``) and sends the plain sum of its
 partial gradient. The master averages what it waits for, rescaled to the full gradient:
 ``g_hat = (n / m) * sum_{i in F} g_i`` for ``m = |F|`` responders (``docs/references.md#uncoded-schemes``).
 """
@@ -22,8 +22,8 @@ class _Averaging(Scheme):
         return partials[np.asarray(responders)]   # worker i holds partition i alone
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
-        """The estimate from the plain sum of ``parts`` responders' messages: ``(k_parts / parts) * total``."""
-        return Combined(total * (plan.k_parts / parts), method="average")
+        """The estimate from the plain sum of ``parts`` responders' messages: ``(n_parts / parts) * total``."""
+        return Combined(total * (plan.n_parts / parts), method="average")
 
 
 class Sync(_Averaging):
