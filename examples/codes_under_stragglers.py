@@ -9,7 +9,7 @@ stragglers, 100 random straggler sets per ``r`` (seeded); the decoding residual 
 ``method="auto"`` (exact where decodable, else optimal least squares); the finite-field code has no approximate
 decoder, so beyond ``s`` it raises (plotted as a failure). Part 2: ``(n, s) = (20, 3), (40, 9), (80, 19)``; 200 random
 straggler sets of size ``s`` plus all ``n`` cyclic bursts of ``s`` consecutive workers; exact decode of partial
-gradients drawn from ``N(0, 1)`` (``k x 8``, rounded to multiples of ``2^-16`` so that the finite-field code's
+gradients drawn from ``N(0, 1)`` (``n_parts x 8``, rounded to multiples of ``2^-16`` so that the finite-field code's
 quantization is exact and every code sees the same input); worst residual and worst relative gradient error. An
 ``IllConditionedError`` counts as a failure ("raises"). Cyclic MDS is real for these ``(n, s)`` (``n - s`` odd); its
 complex form is shown at ``n + 1`` (``(21, 3), (41, 9), (81, 19)``, ``n - s`` even).

@@ -185,7 +185,7 @@ def test_import_paths_in_a_spec_nested_too(mod):
 
 def test_run_batch_goes_only_to_schemes_that_take_it(mod):
     spec = load_spec(_spec(schemes=[{"name": f"{mod}:NoBatch", "m": 2}, {"name": "fastest_k", "k": 2},
-                                    {"name": "adaptive_k_load", "batch": 8}], scheme=None, run={"batch": 4}))
+                                    {"name": "adaptive_k_load", "max_batch": 8}], scheme=None, run={"batch": 4}))
     no_batch, fastest, akl = build(spec)[0]
     assert no_batch.m == 2 and no_batch.batch is None and fastest.batch == 4 and akl.batch == 8
 

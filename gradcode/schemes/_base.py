@@ -66,9 +66,9 @@ class Scheme:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     # --- what the spec, the report and the plots need to know about a scheme: class attributes, never name checks -
-    #: ``[run] batch`` (the spec-wide mini-batch size) is passed as this scheme's ``batch``; False where ``batch``
-    #: means something else (adaptive_k_load: the largest per-worker batch).
-    takes_run_batch: ClassVar[bool] = True
+    #: Why a parameter this scheme does not take is refused, by name (a name that means something else here):
+    #: added to the unknown-parameter error.
+    param_hints: ClassVar[dict[str, str]] = {}
     #: The reference of the report's speedups (sync): a speedup is its time divided by another scheme's.
     baseline: ClassVar[bool] = False
     #: Record fields this scheme changes during a run (``"k"``, ``"load"``, ``"tau"``): ``adaptive.png`` draws them.
