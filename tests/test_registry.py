@@ -187,7 +187,9 @@ def test_run_batch_goes_only_to_schemes_that_take_it(mod):
     spec = load_spec(_spec(schemes=[{"name": f"{mod}:NoBatch", "m": 2}, {"name": "fastest_k", "k": 2},
                                     {"name": "adaptive_k_load", "max_batch": 8}], scheme=None, run={"batch": 4}))
     no_batch, fastest, akl = build(spec)[0]
-    assert no_batch.m == 2 and no_batch.batch is None and fastest.batch == 4 and akl.batch == 8
+    assert no_batch.m == 2 and no_batch.batch is None and fastest.batch == 4
+    # adaptive_k_load picks its mini-batch itself, up to max_batch, which is also its unit of load
+    assert (akl.max_batch, akl.batch, akl.samples_per_unit) == (8, None, 8)
 
 
 @pytest.mark.parametrize("path, words", [
