@@ -102,8 +102,8 @@ class Ones(Workload):
     def loss(self, w):
         return 0.5 * float(np.sum((np.asarray(w) - 1.0) ** 2))
 
-    def gradients(self, w, t, parts, k, batch=None):
-        sizes = np.diff(self.partition_bounds(k))
+    def gradients(self, w, t, parts, n_parts, batch=None):
+        sizes = np.diff(self.partition_bounds(n_parts))
         return np.stack([sizes[j] / self.n_samples * (np.asarray(w) - 1.0) for j in parts])
 
 
