@@ -35,20 +35,20 @@ from mpi_runtime.launch import prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 
-N = 8
+N_WORKERS = 8
 SCHEMES = {
     "sync": {"name": "sync"},
     "fastest_k": {"name": "fastest_k", "k": 6},
     "backup": {"name": "backup", "b": 2},
     "adaptive_k": {"name": "adaptive_k", "k0": 4, "burn_in": 5},
-    "adaptive_k_load": {"name": "adaptive_k_load", "batch": 8, "burn_in": 5},
+    "adaptive_k_load": {"name": "adaptive_k_load", "max_batch": 8, "burn_in": 5},
     "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
     "dropcompute": {"name": "dropcompute", "M": 4, "warmup": 3, "record_steps": 8},
 }
 
 
 def spec(scheme: str, iterations: int) -> dict:
-    return {"cluster": {"workers": N},
+    return {"cluster": {"workers": N_WORKERS},
             "workload": {"name": "least_squares", "n_samples": 64, "dim": 100000},
             "delay": {"name": "shifted_exponential", "a": 3.0, "mu": 0.5},
             "scheme": SCHEMES[scheme],
@@ -59,7 +59,7 @@ def run(scheme: str, iterations: int, folder: Path) -> dict:
     path = folder / f"{scheme}.toml"
     path.write_text(tomli_w.dumps(spec(scheme, iterations)))
     out = folder / scheme
-    cmd, env, _ = prepare(path, out, N + 1)
+    cmd, env, _ = prepare(path, out, N_WORKERS + 1)
     wall = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - wall
@@ -90,7 +90,7 @@ def main() -> int:
         for scheme in args.schemes:
             rows.append(repeated(scheme, args.iterations, args.repeats, Path(tmp)))
             print(f"  {scheme}: {', '.join(f'{x:.4f}' for x in rows[-1]['ratios'])}", file=sys.stderr)
-    print(f"\nMPI cluster overhead, n = {N} workers, d = 1e5, {args.iterations} iterations, time_scale 0.01 s, "
+    print(f"\nMPI cluster overhead, n = {N_WORKERS} workers, d = 1e5, {args.iterations} iterations, time_scale 0.01 s, "
           f"median of {args.repeats} runs\n")
     print("| scheme | measured total (s) | ideal total (s) | total ratio (every run) | median iteration ratio "
           "| overhead ms / iteration | master us / iteration (median) | overruns |")
@@ -102,7 +102,7 @@ def main() -> int:
               f"| {r['median_ratio']:.3f} | {r['overhead_ms_per_iteration']:.2f} | {us} | {r['overruns']} |")
     out = ROOT / "benchmarks" / "results" / "mpi.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"workers": N, "d": 100000, "iterations": args.iterations, "time_scale": 0.01,
+    out.write_text(json.dumps({"workers": N_WORKERS, "d": 100000, "iterations": args.iterations, "time_scale": 0.01,
                                "repeats": args.repeats, "target_total_ratio": 1.05, "rows": rows}, indent=2) + "\n")
     print(f"\nwrote {out}")
     return 0 if all(r["overhead_ratio"] <= 1.05 for r in rows) else 1

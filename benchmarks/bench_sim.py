@@ -61,7 +61,7 @@ def main() -> None:
                          ("coded", {"code": "cyclic_repetition", "s": 3})):
         scheme = make_scheme(name, n=n, batch=batch, **params)
         sec = bench(lambda s=scheme: simulate(s, delay, wl, iterations=iters, seed=0, loss_every=50))
-        parts = scheme.plan(0).k_parts
+        parts = scheme.plan(0).n_parts
         base = bench(lambda p=parts: [wl.gradients(w, t, range(p), p, batch) for t in range(iters)])
         rows.append({"case": f"training {name}, least squares n={n}, d=1000, batch {batch}",
                      "iterations_per_second": iters / sec, "baseline_gradients_per_second": iters / base,

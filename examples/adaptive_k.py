@@ -33,7 +33,7 @@ from _common import parse_args, save_figure, table, write_report  # noqa: E402
 from gradcode import make_delay, make_scheme, make_workload, simulate  # noqa: E402
 
 NAME = "adaptive_k"
-N = 20
+N_WORKERS = 20
 BATCH = 4          # samples per worker per step: the load unit of the delay model
 LR_FACTOR = 0.2    # step 0.2/L: k = 1 with lr = 1/L diverges (its estimate is 20x one worker's mini-batch)
 DELAY = {"name": "shifted_exponential", "a": 1.0, "mu": 1.0}
@@ -43,7 +43,7 @@ def workload():
     return make_workload("least_squares", n_samples=2000, dim=20, noise=0.5, condition=10.0, seed=0)
 
 
-def fixed_schemes(n: int = N) -> dict[str, tuple[str, dict]]:
+def fixed_schemes(n: int = N_WORKERS) -> dict[str, tuple[str, dict]]:
     ks = sorted({1, n // 4, n // 2, n})
     return {f"fastest_k k={k}": ("fastest_k", {"k": k, "batch": BATCH}) for k in ks}
 
@@ -55,7 +55,7 @@ def adaptive_schemes() -> dict[str, tuple[str, dict]]:
             "adaptive_k step=2": ("adaptive_k", {"k0": 1, "step": 2, "burn_in": 10, "batch": BATCH})}
 
 
-def run(name: str, params: dict, wl, budget: float, seed: int, n: int = N) -> list[dict]:
+def run(name: str, params: dict, wl, budget: float, seed: int, n: int = N_WORKERS) -> list[dict]:
     """One run until the virtual time budget is spent; its records."""
     scheme = make_scheme(name, n=n, **params)
     res = simulate(scheme, make_delay(DELAY), wl, iterations=100_000, seed=seed, time_budget=budget,
@@ -93,7 +93,7 @@ def smooth(y: np.ndarray, width: int) -> np.ndarray:
         return num / den
 
 
-def compare(schemes: dict, budget: float, seeds, n: int = N, points: int = 400) -> dict:
+def compare(schemes: dict, budget: float, seeds, n: int = N_WORKERS, points: int = 400) -> dict:
     """Per scheme: the seed-averaged smoothed error curve on a common grid, plus per-seed records."""
     wl = workload()
     grid = np.linspace(0.0, budget, points + 1)[1:]
@@ -155,10 +155,10 @@ def main(argv=None) -> dict:
     seeds = [0] if args.quick else [0, 1, 2]
     eps_list = [5e-3, 2e-3]
     results = compare({**fixed_schemes(), **adaptive_schemes()}, budget, seeds)
-    plot(results, args.out, NAME, f"adaptive k vs fixed k (n = {N}, shifted exponential)")
+    plot(results, args.out, NAME, f"adaptive k vs fixed k (n = {N_WORKERS}, shifted exponential)")
     sw = {label: switches(res["runs"][0]) for label, res in results.items() if "adaptive" in label}
     headers = ["scheme", "error at T/8", "T/4", "T/2", "T", *[f"time to {eps:g}" for eps in eps_list]]
-    text = [f"# Adaptive k vs fixed k (n = {N}, budget T = {budget:g}, seeds {seeds})", "",
+    text = [f"# Adaptive k vs fixed k (n = {N_WORKERS}, budget T = {budget:g}, seeds {seeds})", "",
             table(headers, summary_rows(results, eps_list)), "",
             *[f"- {label} (seed 0) switched k {len(s)} times; first switches: "
               + ", ".join(f"t={t:.0f}->k={k}" for t, k in s[:6]) for label, s in sw.items()]]

@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from _common import parse_args, save_figure, table, write_report  # noqa: E402
 from adaptive_k import (  # noqa: E402
     BATCH,
-    N,
+    N_WORKERS,
     adaptive_schemes,
     at_grid,
     compare,
@@ -41,7 +41,7 @@ NAME = "adaptive_k_load"
 
 
 def load_schemes() -> dict[str, tuple[str, dict]]:
-    return {"adaptive_k_load": ("adaptive_k_load", {"batch": BATCH, "burn_in": 10})}
+    return {"adaptive_k_load": ("adaptive_k_load", {"max_batch": BATCH, "burn_in": 10})}
 
 
 def cumulative_work(results: dict) -> None:
@@ -83,7 +83,7 @@ def plot(results: dict, out) -> Path:
         ax.set_ylabel("loss - optimal loss")
     axes[1].set_xscale("log")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"adaptive k and load (n = {N}, shifted exponential)")
+    fig.suptitle(f"adaptive k and load (n = {N_WORKERS}, shifted exponential)")
     return save_figure(fig, out, NAME)
 
 
@@ -99,7 +99,8 @@ def main(argv=None) -> dict:
     headers = ["scheme", "error at T"]
     for eps in eps_list:
         headers += [f"time to {eps:g}", f"samples to {eps:g}"]
-    text = [f"# Adaptive k and load vs adaptive k and fixed k (n = {N}, budget T = {budget:g}, seeds {seeds})", "",
+    text = [f"# Adaptive k and load vs adaptive k and fixed k (n = {N_WORKERS}, budget T = {budget:g}, "
+            f"seeds {seeds})", "",
             table(headers + ["samples in T", "messages in T"], rows), ""]
     by = {r[0]: r for r in rows}
     akl = by["adaptive_k_load"]

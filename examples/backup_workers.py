@@ -1,22 +1,22 @@
 """Backup workers: how many of 100 machines should be backups?
 
-Question. Chen et al. ("Revisiting Distributed Synchronous SGD") run ``N + b`` machines and update with the first
-``N`` fresh gradients. More backups cut the step time (the slowest ``b`` are never awaited) but each step averages
-fewer gradients. Where is the best ``b``, and how fast do the returns diminish? The literature recalls
-(``docs/references.md#uncoded-schemes``) "``N = 96, b = 4`` on 100 machines was a strong setting" and "with 50
-workers, 4 backups cut the median step time by about 23%" [recalled, secondary sources].
+Question. Chen et al. ("Revisiting Distributed Synchronous SGD") run ``k + b`` machines and update with the first
+``k`` fresh gradients (the paper's ``N``). More backups cut the step time (the slowest ``b`` are never awaited) but
+each step averages fewer gradients. Where is the best ``b``, and how fast do the returns diminish? The reference
+notes (``docs/references.md#uncoded-schemes``) recall "``k = 96, b = 4`` on 100 machines was a strong setting" and
+"with 50 workers, 4 backups cut the median step time by about 23%" [recalled, secondary sources].
 
-Setup. ``N + b = 100``, ``b = 0..20``; two delay models: shifted exponential (``a = 1, mu = 2``: half of the mean
+Setup. ``k + b = 100``, ``b = 0..20``; two delay models: shifted exponential (``a = 1, mu = 2``: half of the mean
 time is straggling) and the replayed ByteDance SE trace. Late workers finish their stale work (it is dropped by
 iteration tag), as on a real cluster. Step time from 2,000 timing-only iterations; time to reach 1.07x the optimal
 loss of a least-squares workload (4,000 samples, dim 20, condition 10, one sample per worker per step, lr = 1/L),
-three seeds (median). The "50 workers" claim is checked as ``N = 50`` with 0 versus 4 extra machines.
+three seeds (median). The "50 workers" claim is checked as ``k = 50`` with 0 versus 4 extra machines.
 
 Finding. Every added backup shortens the step, with diminishing returns, and the statistical cost is invisible here
 (the loss needs 29-30 steps whatever ``b``), so time to target keeps falling up to ``b = 20`` (-44% on the shifted
 exponential, -18% on the trace); the first 4 backups give 56-58% of that gain. By gradients per unit time
-(``N / step``) the best ``b`` is 15 (shifted exponential) and 6 on the trace, where ``N = 96, b = 4`` is within 1% of
-the best, matching the recalled "strong setting". 4 backups at ``N = 50`` cut the median step by 26% on the shifted
+(``k / step``) the best ``b`` is 15 (shifted exponential) and 6 on the trace, where ``k = 96, b = 4`` is within 1% of
+the best, matching the recalled "strong setting". 4 backups at ``k = 50`` cut the median step by 26% on the shifted
 exponential (recalled: ~23%) but only 10% on the lighter-tailed trace.
 Run: ``python examples/backup_workers.py [--quick] [--out DIR]``.
 """
@@ -67,13 +67,13 @@ def sweep(bs, iterations: int, seeds, n_total: int = 100) -> list[dict]:
         for b in bs:
             mean, median = step_times(delay, n_total, b, iterations, seed=0)
             ttt, iters = time_to_target(delay, workload, n_total, b, seeds)
-            rows.append({"delay": label, "b": b, "N": n_total - b, "mean_step": mean, "median_step": median,
+            rows.append({"delay": label, "b": b, "k": n_total - b, "mean_step": mean, "median_step": median,
                          "throughput": (n_total - b) / mean, "time_to_target": ttt, "iterations": iters})
     return rows
 
 
 def fifty_workers(iterations: int) -> list[list]:
-    """N = 50 with 0 versus 4 extra machines: the median step-time cut (recalled: about 23%)."""
+    """k = 50 with 0 versus 4 extra machines: the median step-time cut (recalled: about 23%)."""
     out = []
     for label, spec in DELAYS.items():
         delay = make_delay(spec)
@@ -97,9 +97,9 @@ def plot(rows: list[dict], out) -> Path:
     axes[1].set_ylabel("gradients per unit time (b = 0 is 1)")
     axes[2].set_ylabel(f"time to {TARGET} x optimal loss")
     for ax in axes:
-        ax.set_xlabel("b backups (N + b = 100)")
+        ax.set_xlabel("b backups (k + b = 100)")
     axes[0].legend(fontsize=7)
-    fig.suptitle("backup workers: N + b = 100")
+    fig.suptitle("backup workers: k + b = 100")
     return save_figure(fig, out, NAME)
 
 
@@ -110,10 +110,10 @@ def main(argv=None) -> list[dict]:
     seeds = [0] if args.quick else [0, 1, 2]
     rows = sweep(bs, iterations, seeds)
     plot(rows, args.out)
-    text = [f"# Backup workers, N + b = 100 (step time: {iterations} iterations; time to target: median of seeds "
+    text = [f"# Backup workers, k + b = 100 (step time: {iterations} iterations; time to target: median of seeds "
             f"{seeds})", "",
-            table(["delay", "b", "N", "mean step", "median step", "N / step", "time to target", "iterations"],
-                  [[r["delay"], r["b"], r["N"], r["mean_step"], r["median_step"], r["throughput"],
+            table(["delay", "b", "k", "mean step", "median step", "k / step", "time to target", "iterations"],
+                  [[r["delay"], r["b"], r["k"], r["mean_step"], r["median_step"], r["throughput"],
                     r["time_to_target"], r["iterations"]] for r in rows]), ""]
     for label in DELAYS:
         sel = {r["b"]: r for r in rows if r["delay"] == label}
@@ -121,14 +121,14 @@ def main(argv=None) -> list[dict]:
         best_ttt = min(sel.values(), key=lambda r: r["time_to_target"])
         b_max = max(sel)
         gain = 1 - sel[b_max]["time_to_target"] / sel[0]["time_to_target"]
-        text.append(f"- {label}: best b by N/step time = {best_thr['b']}; best b by time to target = "
+        text.append(f"- {label}: best b by k/step time = {best_thr['b']}; best b by time to target = "
                     f"{best_ttt['b']}; b = {b_max} cuts the time to target by {gain:.0%}")
         if 4 in sel:
             g4 = 1 - sel[4]["time_to_target"] / sel[0]["time_to_target"]
             text.append(f"  - the first 4 backups give {g4:.0%} of that ({g4 / gain:.0%} of the total gain); "
-                        f"N = 96, b = 4 reaches {sel[4]['throughput'] / best_thr['throughput']:.0%} of the best "
+                        f"k = 96, b = 4 reaches {sel[4]['throughput'] / best_thr['throughput']:.0%} of the best "
                         "gradients per unit time")
-    text += ["", "## N = 50: median step with 0 vs 4 extra machines (docs/references.md recalls a ~23% cut)", "",
+    text += ["", "## k = 50: median step with 0 vs 4 extra machines (docs/references.md recalls a ~23% cut)", "",
              table(["delay", "median step, 50 + 0", "median step, 50 + 4", "cut", "cut - 23%"],
                    fifty_workers(iterations))]
     write_report(args.out, NAME, "\n".join(text))

@@ -6,11 +6,11 @@ and how accurate is the "exact" decode in floating point as ``n`` grows (``docs/
 numerical stability)?
 
 Setup. Part 1: ``n = 20, s = 3``, every code of ``gradcode.list_codes()`` except ``uncoded``; ``r = 0..14``
-stragglers, 100 random straggler sets per ``r`` (seeded); the decoding residual ``||B_F^T a - 1|| / sqrt(k)`` with
+stragglers, 100 random straggler sets per ``r`` (seeded); the decoding residual ``||B_F^T a - 1|| / sqrt(n_parts)`` with
 ``method="auto"`` (exact where decodable, else optimal least squares); the finite-field code has no approximate
 decoder, so beyond ``s`` it raises (plotted as a failure). Part 2: ``(n, s) = (20, 3), (40, 9), (80, 19)``; 200 random
 straggler sets of size ``s`` plus all ``n`` cyclic bursts of ``s`` consecutive workers; exact decode of partial
-gradients drawn from ``N(0, 1)`` (``k x 8``, rounded to multiples of ``2^-16`` so that the finite-field code's
+gradients drawn from ``N(0, 1)`` (``n_parts x 8``, rounded to multiples of ``2^-16`` so that the finite-field code's
 quantization is exact and every code sees the same input); worst residual and worst relative gradient error. An
 ``IllConditionedError`` counts as a failure ("raises"). Cyclic MDS is real for these ``(n, s)`` (``n - s`` odd); its
 complex form is shown at ``n + 1`` (``(21, 3), (41, 9), (81, 19)``, ``n - s`` even).
@@ -95,7 +95,7 @@ def stability(label: str, n: int, s: int, count: int, d: int = 8, seed: int = 0)
     """Worst residual and relative gradient error of exact decoding over random sets and all bursts."""
     code = build(label, n, s)
     rng = np.random.default_rng([seed, 2])
-    partials = np.round(rng.standard_normal((code.k, d)) * 2**16) / 2**16   # on the fixed-point grid
+    partials = np.round(rng.standard_normal((code.n_parts, d)) * 2**16) / 2**16   # on the fixed-point grid
     truth = partials.sum(axis=0)
     messages = code.encode(partials)
     worst = {"residual": 0.0, "error": 0.0, "burst_error": 0.0, "raises": 0, "sets": 0}
@@ -143,7 +143,7 @@ def plot(rs, curves: dict, out) -> Path:
     ax.axvline(3, color="grey", lw=0.8, ls=":")
     ax.set_yscale("log")
     ax.set_xlabel("stragglers (n = 20, codes built for s = 3; x at 1: cannot decode)")
-    ax.set_ylabel("mean residual ||B_F^T a - 1|| / sqrt(k)  (1e-17 = exact 0)")
+    ax.set_ylabel("mean residual ||B_F^T a - 1|| / sqrt(n_parts)  (1e-17 = exact 0)")
     ax.set_title("decoding residual vs stragglers (solid: exact codes, dashed: approximate)")
     ax.legend(fontsize=7, ncol=2)
     return save_figure(fig, out, NAME)

@@ -40,7 +40,7 @@ from _common import parse_args, save_figure, table, write_report  # noqa: E402
 from gradcode import make_delay, make_scheme, make_workload, simulate  # noqa: E402
 
 NAME = "codes_vs_dropping"
-N = 12
+N_WORKERS = 12
 BATCH = 16          # samples per partition mini-batch = one load unit
 TARGET = 1.05       # x the optimal loss
 DELAYS = {
@@ -52,7 +52,7 @@ SCHEMES = {
     "fastest_k k=9": ("fastest_k", {"k": 9}),
     "backup b=3": ("backup", {"b": 3}),
     "adaptive_k k0=6": ("adaptive_k", {"k0": 6}),
-    "adaptive_k_load": ("adaptive_k_load", {"batch": BATCH}),
+    "adaptive_k_load": ("adaptive_k_load", {"max_batch": BATCH}),
     "coded cyclic_repetition s=3 (exact)": ("coded", {"code": "cyclic_repetition", "s": 3}),
     "coded fractional_repetition s=3 (exact)": ("coded", {"code": "fractional_repetition", "s": 3}),
     "coded expander s=2 wait=9 (approx.)": ("coded", {"code": "expander", "s": 2, "wait": 9}),
@@ -70,10 +70,10 @@ def workload():
 def one(name: str, params: dict, delay, wl, seed: int, max_iterations: int = 600) -> dict:
     """Time, iterations and samples computed until the target loss (inf if not reached)."""
     params = dict(params)
-    if name != "adaptive_k_load":   # adaptive_k_load's batch is its largest per-worker batch, given above
+    if name != "adaptive_k_load":   # adaptive_k_load picks its own mini-batch (max_batch given above)
         params.setdefault("batch", BATCH)
-    res = simulate(make_scheme(name, n=N, **params), make_delay(delay), wl, iterations=max_iterations, seed=seed,
-                   target_loss=TARGET * wl.optimal_loss)
+    res = simulate(make_scheme(name, n=N_WORKERS, **params), make_delay(delay), wl, iterations=max_iterations,
+                   seed=seed, target_loss=TARGET * wl.optimal_loss)
     hit = res.summary["time_to_target"]
     return {"time": np.inf if hit is None else hit, "iterations": res.summary["iterations"],
             "samples": res.summary["computed"] * BATCH if hit is not None else np.inf}
@@ -109,7 +109,7 @@ def plot(rows: list[dict], out) -> Path:
         ax.set_ylabel(f"virtual time to {TARGET} x optimal loss")
         ax.set_title(dlabel)
     axes[0].legend(fontsize=6)
-    fig.suptitle(f"codes vs dropping, n = {N}: lower left is better")
+    fig.suptitle(f"codes vs dropping, n = {N_WORKERS}: lower left is better")
     return save_figure(fig, out, NAME)
 
 
@@ -118,7 +118,7 @@ def main(argv=None) -> list[dict]:
     seeds = [0] if args.quick else [0, 1, 2]
     rows = compare(seeds)
     plot(rows, args.out)
-    text = [f"# Codes vs dropping (n = {N}, target {TARGET} x optimal loss, median of seeds {seeds})", ""]
+    text = [f"# Codes vs dropping (n = {N_WORKERS}, target {TARGET} x optimal loss, median of seeds {seeds})", ""]
     for dlabel in DELAYS:
         sel = [r for r in rows if r["delay"] == dlabel]
         sync = next(r for r in sel if r["scheme"] == "sync")

@@ -26,15 +26,15 @@ from _common import parse_args, save_figure, write_report  # noqa: E402
 from gradcode import NotDecodableError, make_code, make_delay, make_scheme, make_workload, simulate  # noqa: E402
 
 NAME = "tour"
-N, S = 6, 2
+N_WORKERS, S = 6, 2
 np.set_printoptions(precision=3, suppress=True, linewidth=110)
 
 
 def lesson_code(say) -> dict:
     # --- 1. The setting --------------------------------------------------------------------------------------
-    # The data is cut into k = n partitions; g_j is the gradient on partition j; the master wants g = sum_j g_j.
+    # The data is cut into n_parts = n partitions; g_j is the gradient on partition j; the master wants g = sum_j g_j.
     # A straggler is a worker that is late. A gradient code lets the master ignore any s of them.
-    code = make_code("cyclic_repetition", n=N, s=S, seed=0)   # seeded: B contains random numbers
+    code = make_code("cyclic_repetition", n=N_WORKERS, s=S, seed=0)   # seeded: B contains random numbers
     say(f"## 1. The code: {code!r}")
     say("Worker i sends y_i = sum_j B[i, j] g_j. The encoding matrix B (rows: workers, columns: partitions):")
     say("```\n" + str(code.B) + "\n```")
@@ -43,12 +43,12 @@ def lesson_code(say) -> dict:
     # Row i is nonzero on a cyclic window of s + 1 partitions: every partition lives on s + 1 workers, so any s
     # of them can go missing. Redundancy is the price: each worker computes s + 1 partitions instead of 1.
     say("## 2. Who holds what (each worker computes s + 1 = 3 partitions)")
-    for i in range(N):
+    for i in range(N_WORKERS):
         say(f"- worker {i}: partitions {code.support(i)}")
 
     # --- 3. Encode --------------------------------------------------------------------------------------------
     # Real partial gradients would come from a workload; small integers make the arithmetic visible.
-    partials = np.arange(1.0, N + 1).reshape(N, 1) * np.array([[1.0, -1.0]])   # g_j = (j+1, -(j+1))
+    partials = np.arange(1.0, N_WORKERS + 1).reshape(N_WORKERS, 1) * np.array([[1.0, -1.0]])   # g_j = (j+1, -(j+1))
     truth = partials.sum(axis=0)
     messages = code.encode(partials)
     say("## 3. Partial gradients g_j and the messages y_i = B g")
@@ -64,7 +64,7 @@ def lesson_code(say) -> dict:
     say("## 4. Workers 1 and 4 straggle; decode from workers 0, 2, 3, 5")
     say(f"- decoding weights a = {dec.weights} (zero for the stragglers), method = {dec.method}")
     say(f"- check: a^T B = {dec.weights @ code.B} (should be all ones)")
-    say(f"- residual ||B_F^T a - 1|| / sqrt(k) = {dec.residual:.1e}: always reported, never hidden")
+    say(f"- residual ||B_F^T a - 1|| / sqrt(n_parts) = {dec.residual:.1e}: always reported, never hidden")
     say(f"- recovered gradient sum_i a_i y_i = {estimate}; error = {np.linalg.norm(estimate - truth):.1e}")
 
     # --- 5. Too many stragglers --------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def timeline(records: list[dict], width: int = 60) -> list[str]:
     for rec in records:
         start, end = rec["start"], rec["end"]
         lines.append(f"iteration {rec['iteration']}: {start:6.2f} -> {end:6.2f}, used workers {rec['responders']}")
-        for i in range(N):
+        for i in range(N_WORKERS):
             arrive = rec["busy"][i][1]
             used = i in rec["responders"]
             a, b = int(start * scale), int(min(arrive, end) * scale)
@@ -111,8 +111,9 @@ def lesson_run(say) -> dict:
     delay = make_delay("shifted_exponential", a=1.0, mu=1.0)
     wl = make_workload("least_squares", n_samples=120, dim=4, noise=0.1, seed=0)
     out = {}
-    for label, scheme in [("fastest_k k=4", make_scheme("fastest_k", n=N, k=N - S)),
-                          ("coded cyclic_repetition s=2", make_scheme("coded", n=N, code="cyclic_repetition", s=S))]:
+    for label, scheme in [("fastest_k k=4", make_scheme("fastest_k", n=N_WORKERS, k=N_WORKERS - S)),
+                          ("coded cyclic_repetition s=2",
+                           make_scheme("coded", n=N_WORKERS, code="cyclic_repetition", s=S))]:
         res = simulate(scheme, delay, wl, iterations=5, seed=7, late_workers="abandon")
         say(f"## 6. {label}: 5 iterations ('#' used, 'x' wasted, '.' waiting)")
         say("```\n" + "\n".join(timeline(res.records)) + "\n```")

@@ -37,7 +37,9 @@ def check_params(cls, params: dict, what: str, *, extra: tuple[str, ...] = (), a
                           f"{', '.join(map(repr, missing))}")
     unknown = [] if allow_unknown else [key for key in params if key not in accepted]
     if unknown:
+        # a class may explain a name it does not take (one that means something else here, or its old name)
+        hints = getattr(cls, "param_hints", {})
         raise ConfigError(
             f"{what}: unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"accepted: {', '.join(accepted)}"
+            f"accepted: {', '.join(accepted)}" + "".join(f"; {key!r}: {hints[key]}" for key in unknown if key in hints)
         )

@@ -351,6 +351,6 @@ class Driver:
             return None, None
         with_loss = evaluates_loss(t, self.iterations, self.loss_every)
         if truth is None and with_loss:
-            truth = self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch).sum(axis=0)
+            truth = self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch).sum(axis=0)
         grad_error = None if truth is None else relative_error(g, truth)
         return (float(self.workload.loss(self.w - self.lr * g)) if with_loss else None), grad_error

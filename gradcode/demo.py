@@ -3,7 +3,7 @@
 For each code at ``n = 12, s = 3`` (``s = 0`` for ``uncoded``), random partial gradients are encoded, a straggler
 pattern is dropped (``s`` random workers, a burst of ``s`` neighbours, then ``s + 2`` workers: more than an exact code
 tolerates) and the rest are decoded with ``method='auto'``. The table shows what each decode reports: the method it
-used (``exact``, or ``optimal`` when the set is not decodable), the residual ``||B_F^T a - 1|| / sqrt(k)`` and the
+used (``exact``, or ``optimal`` when the set is not decodable), the residual ``||B_F^T a - 1|| / sqrt(n_parts)`` and the
 relative error of the recovered gradient.
 """
 
@@ -18,7 +18,7 @@ def rows(n: int = 12, s: int = 3, d: int = 1000, seed: int = 0):
     rng = np.random.default_rng(seed)
     for name in list_codes():
         code = make_code(name, n=n, s=0 if name == "uncoded" else s, seed=seed)
-        partials = rng.standard_normal((code.k, d))
+        partials = rng.standard_normal((code.n_parts, d))
         if name == "reed_solomon_gf":
             partials = np.round(partials, 3)
         truth = partials.sum(axis=0)

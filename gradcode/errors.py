@@ -31,7 +31,7 @@ class NotDecodableError(GradcodeError):
 
 
 class IllConditionedError(NotDecodableError):
-    """An exact decode whose residual ``||B_F^T a - 1|| / sqrt(k)`` exceeds the tolerance (float round-off)."""
+    """An exact decode whose residual ``||B_F^T a - 1|| / sqrt(n_parts)`` exceeds the tolerance (float round-off)."""
 
     def __init__(self, message: str, *, residual: float):
         super().__init__(message)

@@ -202,7 +202,7 @@ def _units(spec: Spec) -> list[dict[str, Any]]:
         scheme.bind(delay=delay)
         per_unit = scheme.samples_per_unit
         if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
-            per_unit = workload.n_samples / scheme.plan(0).k_parts
+            per_unit = workload.n_samples / scheme.plan(0).n_parts
         out.append({"dim": d, "samples_per_unit": per_unit,
                     "message_floats": None if d is None else scheme.message_size(d)})
     return out

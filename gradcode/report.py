@@ -17,7 +17,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   ``final_loss``;
 - ``computed_units`` / ``wasted_units``: load units computed by every worker that started, including the late
   workers whose work was discarded (``wasted``); ``samples_computed`` / ``samples_wasted`` = units x samples per
-  unit (``[run] batch`` or the scheme's ``batch``; the partition size ``N / k_parts`` without mini-batches);
+  unit (``[run] batch`` or the scheme's ``batch``, adaptive_k_load's ``max_batch``; the partition size
+  ``N / n_parts``, ``N`` samples, without mini-batches);
 - ``messages`` and ``bytes = messages x d x 8`` (x 2 for complex codes, whose messages carry two reals per entry;
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual;

@@ -180,8 +180,8 @@ class SimulatedCluster(Driver):
             self.bar.close()
 
     def _partials(self, t: int, plan: Plan) -> np.ndarray:
-        """The ``(k_parts, d)`` gradients of every partition at the current model."""
-        return self.workload.gradients(self.w, t, range(plan.k_parts), plan.k_parts, plan.batch)
+        """The ``(n_parts, d)`` gradients of every partition at the current model."""
+        return self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch)
 
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock

@@ -245,10 +245,11 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
 
 
 def _takes_run_batch(cls) -> bool:
-    """Is ``[run] batch`` this scheme's ``batch``? (A user scheme without a ``batch`` parameter ignores it.)"""
+    """Does the scheme take ``[run] batch``? Every ``batch`` parameter is the mini-batch size per partition (a scheme
+    without one ignores it; adaptive_k_load's largest per-worker batch is ``max_batch``)."""
     from ._params import accepted_params
 
-    return cls.takes_run_batch and "batch" in accepted_params(cls)
+    return "batch" in accepted_params(cls)
 
 
 def run_kwargs(spec: Spec) -> dict[str, Any]:

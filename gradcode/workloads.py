@@ -1,28 +1,28 @@
 """Workloads: the models that distributed gradient descent trains, with their data, partitions and gradients.
 
-A workload holds ``N`` samples and a loss ``F(w) = (1/N) sum_i l(x_i; w) + R(w)`` over a parameter vector
-``w`` of length ``d``. Every model here is linear in its features: the predictions of a sample are
-``z = W x`` with ``W`` the parameter vector viewed as a ``(C, p)`` matrix (``C = 1`` for least squares and
-logistic regression, ``C = 10`` for the softmax workload), so the gradient of one sample is the outer product
-``r x^T`` of a residual ``r = dl/dz`` and the features.
+A workload holds ``N`` samples (``n_samples``; ``N`` means the number of samples throughout the package) and a loss
+``F(w) = (1/N) sum_i l(x_i; w) + R(w)`` over a parameter vector ``w`` of length ``d``. Every model here is linear in
+its features: the predictions of a sample are ``z = W x`` with ``W`` the parameter vector viewed as a ``(C, p)``
+matrix (``C = 1`` for least squares and logistic regression, ``C = 10`` for the softmax workload), so the gradient
+of one sample is the outer product ``r x^T`` of a residual ``r = dl/dz`` and the features.
 
 **Partitions.** The samples are stored once, in the order of a fixed seeded permutation. Partition ``j`` of
-``k`` (``k`` is chosen per call: the scheme decides it, e.g. ``n`` workers or ``n*M`` micro-batches) is the
-``j``-th contiguous slice of that order as :func:`numpy.array_split` cuts it: the first ``N mod k``
-partitions hold ``floor(N/k) + 1`` samples, the others ``floor(N/k)``.
+``n_parts`` (chosen per call: the scheme decides it, e.g. ``n`` workers or ``n*M`` micro-batches) is the
+``j``-th contiguous slice of that order as :func:`numpy.array_split` cuts it: the first ``N mod n_parts``
+partitions hold ``floor(N/n_parts) + 1`` samples, the others ``floor(N/n_parts)``.
 
 **Scaling.** The partial gradient of partition ``j`` is
 
     g_j = (|P_j| / N) * ( mean_{x in batch} grad l(x; w) + grad R(w) ),
 
 so with full batches ``sum_j g_j`` is exactly the gradient of ``F`` (``g = sum_j g_j``, see
-``docs/references.md#gradient-codes``), for every ``k``.
+``docs/references.md#gradient-codes``), for every ``n_parts``.
 
 **Mini-batch determinism.** With a mini-batch size ``b`` the batch of partition ``j`` at iteration ``t`` is
 drawn from ``P_j`` (without replacement if ``b <= |P_j|``, else with replacement) by a counter-based random
-stream that is a pure function of ``(seed, t, j, k)``: every worker that holds partition ``j`` computes the
+stream that is a pure function of ``(seed, t, j, n_parts)``: every worker that holds partition ``j`` computes the
 same ``g_j``, whatever else it computes in the same call and in whatever order, which is what keeps gradient
-codes exact under SGD. The stream is a splitmix64 hash of ``(seed, t, j, k, counter)`` evaluated for all
+codes exact under SGD. The stream is a splitmix64 hash of ``(seed, t, j, n_parts, counter)`` evaluated for all
 requested partitions at once (creating one :class:`numpy.random.Generator` per partition would cost about
 13 us each, more than the whole gradient computation of a typical call). A subset without replacement is drawn
 uniformly by Floyd's algorithm when ``b*b <= |P_j|`` and by the ``b`` smallest of ``|P_j|`` random keys
@@ -33,11 +33,11 @@ estimate of the full-batch one.
     >>> import numpy as np, gradcode.workloads as wl
     >>> ls = wl.make_workload("least_squares", n_samples=100, dim=3, seed=0)
     >>> w = ls.init_params()
-    >>> G = ls.gradients(w, t=0, parts=range(7), k=7)                # full batches
+    >>> G = ls.gradients(w, t=0, parts=range(7), n_parts=7)                # full batches
     >>> bool(np.allclose(G.sum(axis=0), ls.full_gradient(w)))
     True
-    >>> a = ls.gradients(w, t=5, parts=[3, 1], k=7, batch=4)
-    >>> b = ls.gradients(w, t=5, parts=[1], k=7, batch=4)
+    >>> a = ls.gradients(w, t=5, parts=[3, 1], n_parts=7, batch=4)
+    >>> b = ls.gradients(w, t=5, parts=[1], n_parts=7, batch=4)
     >>> bool(np.array_equal(a[1], b[0]))
     True
 """
@@ -67,10 +67,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def _stream_keys(seed: int, t: int, parts: np.ndarray, k: int) -> np.ndarray:
-    """One 64-bit key per partition, a hash of ``(seed, t, j, k)``."""
+def _stream_keys(seed: int, t: int, parts: np.ndarray, n_parts: int) -> np.ndarray:
+    """One 64-bit key per partition, a hash of ``(seed, t, j, n_parts)``."""
     x = np.full(parts.shape, seed & _MASK64, dtype=np.uint64)
-    for v in (np.uint64(t & _MASK64), parts.astype(np.uint64), np.uint64(k & _MASK64)):
+    for v in (np.uint64(t & _MASK64), parts.astype(np.uint64), np.uint64(n_parts & _MASK64)):
         x = _mix(x + _GAMMA) ^ v
     return _mix(x + _GAMMA)
 
@@ -135,21 +135,22 @@ class Workload:
     so a subclass (a user's, named in a spec as ``"mymodule:MyWorkload"``) provides exactly these:
 
     - ``dim`` (int): ``d``, the length of the parameter vector ``w``; a message is ``d`` floats.
-    - ``n_samples`` (int): ``N``; the report counts the samples a worker computes as ``N / k`` per partition
+    - ``n_samples`` (int): ``N``; the report counts the samples a worker computes as ``N / n_parts`` per partition
       when partitions are used whole.
     - ``lr`` (float): the default step size (``[run] lr`` overrides it).
     - ``init_params() -> ndarray (d,)``: the starting point (here: zeros).
-    - ``gradients(w, t, parts, k, batch=None) -> ndarray (len(parts), d)``: the partial gradients ``g_j`` of the
-      partitions ``j`` in ``parts`` (a range or a tuple of ints) when the data are cut into ``k`` partitions (the
-      scheme chooses ``k``: ``n``, a code's ``k``, ``n*M`` micro-batches). Row ``i`` belongs to ``parts[i]``, and
-      ``sum_{j<k} g_j`` must be the gradient of ``F`` at ``w`` (``batch=None``: whole partitions) or an unbiased
-      estimate of it (``batch`` samples per partition, drawn for iteration ``t``; a workload may ignore ``batch``).
-      ``g_j`` must be a pure function of ``(w, t, j, k, batch)``: every worker holding partition ``j`` must send
+    - ``gradients(w, t, parts, n_parts, batch=None) -> ndarray (len(parts), d)``: the partial gradients ``g_j`` of
+      the partitions ``j`` in ``parts`` (a range or a tuple of ints) when the data are cut into ``n_parts``
+      partitions (the scheme chooses ``n_parts``: ``n``, a code's ``n_parts``, ``n*M`` micro-batches). Row ``i``
+      belongs to ``parts[i]``, and ``sum_{j<n_parts} g_j`` must be the gradient of ``F`` at ``w`` (``batch=None``:
+      whole partitions) or an unbiased estimate of it (``batch`` samples per partition, drawn for iteration ``t``; a
+      workload may ignore ``batch``).
+      ``g_j`` must be a pure function of ``(w, t, j, n_parts, batch)``: every worker holding partition ``j`` must send
       the same ``g_j``, or a gradient code no longer decodes the exact sum.
     - ``loss(w) -> float``: ``F(w)`` on the whole data (the records' ``loss``, ``[run] target_loss``).
 
-    A subclass may use :meth:`partition_bounds` (``k`` contiguous partitions of ``range(n_samples)``, the first
-    ``N mod k`` one sample longer) once ``n_samples`` is set. ``name`` and ``description`` are shown by
+    A subclass may use :meth:`partition_bounds` (``n_parts`` contiguous partitions of ``range(n_samples)``, the first
+    ``N mod n_parts`` one sample longer) once ``n_samples`` is set. ``name`` and ``description`` are shown by
     ``gradcode list``, ``params`` (a dict of the constructor's arguments) by ``repr``.
 
     **Linear models** (the built-in workloads) get all of the above from this class: they set ``n_classes``
@@ -244,40 +245,40 @@ class Workload:
         """Training accuracy for classifiers, ``None`` for regression."""
         return None
 
-    def partition_bounds(self, k: int) -> np.ndarray:
-        """``(k + 1,)`` offsets: partition ``j`` of ``k`` is rows ``bounds[j]:bounds[j+1]`` of ``X``."""
-        k = self._check_k(k)
+    def partition_bounds(self, n_parts: int) -> np.ndarray:
+        """``(n_parts + 1,)`` offsets: partition ``j`` of ``n_parts`` is rows ``bounds[j]:bounds[j+1]`` of ``X``."""
+        n_parts = self._check_n_parts(n_parts)
         cache = self.__dict__.setdefault("_bounds_cache", {})   # also for subclasses that skip _setup
-        bounds = cache.get(k)
+        bounds = cache.get(n_parts)
         if bounds is None:
-            q, r = divmod(self.n_samples, k)
-            j = np.arange(k + 1, dtype=np.int64)
+            q, r = divmod(self.n_samples, n_parts)
+            j = np.arange(n_parts + 1, dtype=np.int64)
             bounds = j * q + np.minimum(j, r)
             bounds.setflags(write=False)
             if len(cache) > 64:
                 cache.clear()
-            cache[k] = bounds
+            cache[n_parts] = bounds
         return bounds
 
-    def partition_sizes(self, k: int) -> np.ndarray:
-        """``(k,)`` number of samples in each partition of ``k``."""
-        return np.diff(self.partition_bounds(k))
+    def partition_sizes(self, n_parts: int) -> np.ndarray:
+        """``(n_parts,)`` number of samples in each partition of ``n_parts``."""
+        return np.diff(self.partition_bounds(n_parts))
 
-    def batch_indices(self, t: int, parts, k: int, batch: int) -> np.ndarray:
+    def batch_indices(self, t: int, parts, n_parts: int, batch: int) -> np.ndarray:
         """``(len(parts), batch)`` row indices (into the permuted ``X``) of each part's mini-batch."""
         t = check_int("t", t, low=0)
-        bounds = self.partition_bounds(k)
-        parts = self._check_parts(parts, k)
+        bounds = self.partition_bounds(n_parts)
+        parts = self._check_parts(parts, n_parts)
         batch = check_int("batch", batch, low=1)
-        return self._batch_indices(t, parts, k, batch, bounds)
+        return self._batch_indices(t, parts, n_parts, batch, bounds)
 
-    def _batch_indices(self, t, parts, k, batch, bounds) -> np.ndarray:
-        keys = _stream_keys(self.seed, t, parts, k)
+    def _batch_indices(self, t, parts, n_parts, batch, bounds) -> np.ndarray:
+        keys = _stream_keys(self.seed, t, parts, n_parts)
         sizes = bounds[parts + 1] - bounds[parts]
         return _sample_local(keys, sizes, batch) + bounds[parts][:, None]
 
-    def gradients(self, w, t: int, parts, k: int, batch: int | None = None) -> np.ndarray:
-        """Partial gradients ``g_j`` of the requested partitions of ``k``, shape ``(len(parts), dim)``.
+    def gradients(self, w, t: int, parts, n_parts: int, batch: int | None = None) -> np.ndarray:
+        """Partial gradients ``g_j`` of the requested partitions of ``n_parts``, shape ``(len(parts), dim)``.
 
         ``g_j = (|P_j|/N) (mean_{x in batch_j} grad l(x; w) + reg * w)`` with ``batch_j`` the deterministic
         mini-batch of partition ``j`` at iteration ``t`` (the whole partition if ``batch`` is None); see the
@@ -285,8 +286,8 @@ class Workload:
         """
         W = self._matrix(w)
         t = check_int("t", t, low=0)
-        bounds = self.partition_bounds(k)
-        parts = self._check_parts(parts, k)
+        bounds = self.partition_bounds(n_parts)
+        parts = self._check_parts(parts, n_parts)
         if batch is not None:
             batch = check_int("batch", batch, low=1)
         m = len(parts)
@@ -296,7 +297,7 @@ class Workload:
         if batch is None:
             G = self._full_batch_sums(W, parts, bounds) * (1.0 / self.n_samples)
         else:
-            idx = self._batch_indices(t, parts, k, batch, bounds)
+            idx = self._batch_indices(t, parts, n_parts, batch, bounds)
             Xb = self.X[idx]                                              # (m, b, p)
             R = self._residual(np.matmul(Xb, W.T), self.y[idx])          # (m, b, C)
             G = np.matmul(R.transpose(0, 2, 1), Xb).reshape(m, self.dim)  # (m, C*p)
@@ -337,16 +338,16 @@ class Workload:
         for lo in range(0, self.n_samples, step):
             yield lo, min(lo + step, self.n_samples)
 
-    def _check_k(self, k) -> int:
-        k = check_int("k", k, low=1)
-        if k > self.n_samples:
+    def _check_n_parts(self, n_parts) -> int:
+        n_parts = check_int("n_parts", n_parts, low=1)
+        if n_parts > self.n_samples:
             raise ConfigError(
-                f"{self.name}: cannot split n_samples = {self.n_samples} samples into k = {k} partitions; "
-                f"accepted: 1 <= k <= n_samples = {self.n_samples}"
+                f"{self.name}: cannot split n_samples = {self.n_samples} samples into n_parts = {n_parts} partitions; "
+                f"accepted: 1 <= n_parts <= n_samples = {self.n_samples}"
             )
-        return k
+        return n_parts
 
-    def _check_parts(self, parts, k: int) -> np.ndarray:
+    def _check_parts(self, parts, n_parts: int) -> np.ndarray:
         if isinstance(parts, range):
             arr = np.arange(parts.start, parts.stop, parts.step, dtype=np.int64)
         else:
@@ -358,11 +359,11 @@ class Workload:
                     f"{self.name}: parts must be a 1-D sequence of integer partition indices, got {parts!r}"
                 )
             arr = raw.astype(np.int64)
-        if arr.size and (arr.min() < 0 or arr.max() >= k):
-            bad = arr[(arr < 0) | (arr >= k)]
+        if arr.size and (arr.min() < 0 or arr.max() >= n_parts):
+            bad = arr[(arr < 0) | (arr >= n_parts)]
             raise ConfigError(
                 f"{self.name}: parts out of range: {bad[:5].tolist()}; "
-                f"accepted: partition indices 0 <= j < k = {k}"
+                f"accepted: partition indices 0 <= j < n_parts = {n_parts}"
             )
         return arr
 

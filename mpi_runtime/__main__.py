@@ -1,4 +1,4 @@
-"""Entry point of every rank: ``mpiexec -n N+1 python -m mpi4py -m mpi_runtime SPEC.toml --out DIR``.
+"""Entry point of every rank: ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC.toml --out DIR``.
 
 Rank 0 is the master (or, for a decentralized scheme, a peer with zero contribution that writes the records);
 rank ``i + 1`` is worker ``i``. Every rank loads and validates the spec and builds the scheme, delay model and

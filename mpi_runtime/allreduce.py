@@ -145,7 +145,7 @@ class Decentralized(Driver):
         i, begin = self.i, self.step_begin
         overrun = False
         for m in range(int(schedule.started[i])):
-            g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.k_parts, plan.batch)[0]
+            g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.n_parts, plan.batch)[0]
             until = begin + schedule.chunk_end[i, m] * self.scale
             overrun |= time.time() > until
             P.sleep_until(until)

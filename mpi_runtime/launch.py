@@ -1,6 +1,6 @@
 """Build and run the ``mpiexec`` command of an MPI run (``gradcode run``); never imports mpi4py.
 
-The job is ``mpiexec -n N+1 python -m mpi4py -m mpi_runtime SPEC --out DIR``. ``python -m mpi4py`` makes an
+The job is ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC --out DIR``. ``python -m mpi4py`` makes an
 uncaught exception on any rank abort the whole job instead of hanging it.
 
 Which MPI? ``mpiexec --version`` says: MPICH's Hydra prints ``HYDRA``, Open MPI prints ``Open MPI`` (or ``OpenRTE``

@@ -188,7 +188,7 @@ class Master(Driver):
     # --- sending and receiving ------------------------------------------------------------------------------
     def _send_plan(self, i: int, t: int, plan) -> None:
         P.wait(self.send_reqs[i])      # the worker took its previous plan; its buffer is free again
-        message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.k_parts, plan.parts[i],
+        message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
                               self.w, self.capacity, self.stamp, self.slot)
         tag = P.data_tag(t)
         self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)

@@ -3,9 +3,9 @@
 Every message on the data path is one contiguous float64 numpy buffer sent with the buffer methods (``Isend`` /
 ``Irecv``), never pickled:
 
-- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), k_parts, n_parts, start wall time,
+- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), n_parts, n_held, start wall time,
   model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
-  is -1;
+  is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
   wall time]``, followed by the message (``L`` values; a complex message travels as its float64 view, 2 per
   entry) unless the ranks share memory;
@@ -48,7 +48,7 @@ POLL = 2e-4             # seconds between two tests of a pending request
 CTRL_TAG = 32767        # STOP / ACK
 TAG_MOD = 32767         # data tags are t mod TAG_MOD, i.e. 0..32766
 
-PLAN_HEADER = 7         # t, load, batch, k_parts, n_parts, wall time (time.time) when the master started iteration t,
+PLAN_HEADER = 7         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
 #                         model slot in shared memory (-1: the model follows in the plan)
 RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
@@ -68,14 +68,14 @@ def plan_size(parts_capacity: int, d: int) -> int:
     return PLAN_HEADER + parts_capacity + d
 
 
-def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: int, parts, w: np.ndarray,
+def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: int, parts, w: np.ndarray,
               capacity: int, stamp: float, slot: int = -1) -> np.ndarray:
     """Write worker ``i``'s plan into ``buf`` (which no pending request may point at), and the model too unless it
     is in shared-memory slot ``slot``. Returns the part of ``buf`` to send."""
     parts = tuple(parts)
     if len(parts) > capacity:
         raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
-    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, k_parts, len(parts), stamp, slot)
+    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, n_parts, len(parts), stamp, slot)
     buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
     buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
     if slot >= 0:
@@ -85,16 +85,16 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, k_parts: 
 
 
 def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
-    """``(t, load, batch, k_parts, parts, w, stamp, slot)``; ``w`` is a view into ``buf`` or into the shared slot
+    """``(t, load, batch, n_parts, parts, w, stamp, slot)``; ``w`` is a view into ``buf`` or into the shared slot
     that the plan names (never a copy; see :func:`check_model`)."""
-    t, load, batch, k_parts, n_parts, stamp, slot = buf[:PLAN_HEADER]
-    parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_parts)])
+    t, load, batch, n_parts, n_held, stamp, slot = buf[:PLAN_HEADER]
+    parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_held)])
     if slot >= 0:
         shared.sync()      # the master's write of the slot happened before its send of this plan
         w = shared.models[int(slot)]
     else:
         w = buf[PLAN_HEADER + capacity:]
-    return int(t), float(load), None if batch < 0 else int(batch), int(k_parts), parts, w, float(stamp), int(slot)
+    return int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp), int(slot)
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:

@@ -97,10 +97,10 @@ class Worker:
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
         received = time.time()
-        t, load, batch, k_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
+        t, load, batch, n_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
-        payload = self._message(t, load, batch, k_parts, parts, w)
+        payload = self._message(t, load, batch, n_parts, parts, w)
         P.check_model(self.shared, slot, t)
         real = time.time() - received
         target = self._emulated(t, load)
@@ -119,11 +119,11 @@ class Worker:
         P.wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)))
         return True
 
-    def _message(self, t: int, load: float, batch: int | None, k_parts: int, parts, w) -> np.ndarray:
-        partials = self.workload.gradients(w, t, parts, k_parts, batch)
+    def _message(self, t: int, load: float, batch: int | None, n_parts: int, parts, w) -> np.ndarray:
+        partials = self.workload.gradients(w, t, parts, n_parts, batch)
         # the scheme only reads its own worker's entry of the plan
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
-        plan = Plan(t=t, parts=own, k_parts=k_parts, load=np.full(self.n, load), batch=batch)
+        plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch)
         return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
 
     def _emulated(self, t: int, load: float) -> float:

@@ -25,7 +25,7 @@ def valid(name: str) -> tuple[int, int]:
 def code_and_messages(name: str, d: int = 3):
     n, s = valid(name)
     code = gradcode.make_code(name, n, s, seed=0)
-    partials = np.random.default_rng(0).uniform(-1, 1, size=(code.k, d))
+    partials = np.random.default_rng(0).uniform(-1, 1, size=(code.n_parts, d))
     return code, code.encode(partials)
 
 
@@ -73,8 +73,8 @@ def test_fractional_repetition_needs_s_plus_1_dividing_n(n, s, suggestions):
         with pytest.raises(ConfigError, match="smaller than n"):
             gradcode.make_code("fractional_repetition", n, s)
         return
-    if suggestions is None:  # valid: builds, k = n
-        assert gradcode.make_code("fractional_repetition", n, s).k == n
+    if suggestions is None:  # valid: builds, n_parts = n
+        assert gradcode.make_code("fractional_repetition", n, s).n_parts == n
         return
     with pytest.raises(ConfigError, match=r"\(s \+ 1\) to divide n") as err:
         gradcode.make_code("fractional_repetition", n, s)
@@ -115,7 +115,7 @@ def test_reed_solomon_bad_node_order():
     ({"frac_bits": 1.5}, "frac_bits must be an integer"),
     ({"max_abs": 0.0}, "max_abs must be > 0"),
     ({"max_abs": float("nan")}, "max_abs must be a finite number"),
-    ({"max_abs": 1e9}, r"k \* max_abs \* 2\^frac_bits .* below p/2"),
+    ({"max_abs": 1e9}, r"n_parts \* max_abs \* 2\^frac_bits .* below p/2"),
 ])
 def test_reed_solomon_gf_bad_parameters(params, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -221,11 +221,11 @@ def test_non_finite_messages_name_the_worker(name, value):
 @pytest.mark.parametrize("name", ALL)
 def test_bad_partials(name):
     code, _ = code_and_messages(name)
-    with pytest.raises(ConfigError, match=rf"shape \(k, d\) = \({code.k}, d\)"):
-        code.encode(np.zeros((code.k + 1, 2)))
-    with pytest.raises(ConfigError, match=r"shape \(k, d\)"):
-        code.encode(np.zeros((code.k, 2, 2)))
-    bad = np.zeros((code.k, 2))
+    with pytest.raises(ConfigError, match=rf"shape \(n_parts, d\) = \({code.n_parts}, d\)"):
+        code.encode(np.zeros((code.n_parts + 1, 2)))
+    with pytest.raises(ConfigError, match=r"shape \(n_parts, d\)"):
+        code.encode(np.zeros((code.n_parts, 2, 2)))
+    bad = np.zeros((code.n_parts, 2))
     bad[1, 1] = np.nan
     with pytest.raises(ConfigError, match="NaN or infinity"):
         code.encode(bad)

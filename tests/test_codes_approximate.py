@@ -26,14 +26,14 @@ def random_responders(rng: np.random.Generator, n: int, low: int = 0) -> np.ndar
 
 
 def lstsq_fit(B: np.ndarray, F) -> tuple[float, np.ndarray]:
-    """Least-squares residual ``||B_F^T a - 1|| / sqrt(k)`` and optimal ``B_F^T a`` (unique, unlike ``a``)."""
-    k = B.shape[1]
+    """Least-squares residual ``||B_F^T a - 1|| / sqrt(n_parts)`` and optimal ``B_F^T a`` (unique, unlike ``a``)."""
+    n_parts = B.shape[1]
     BF = B[np.sort(np.asarray(F, dtype=np.int64))]
     if len(BF) == 0:
-        return 1.0, np.zeros(k)
-    a, *_ = np.linalg.lstsq(BF.T, np.ones(k), rcond=None)
+        return 1.0, np.zeros(n_parts)
+    a, *_ = np.linalg.lstsq(BF.T, np.ones(n_parts), rcond=None)
     coeff = BF.T @ a
-    return float(np.linalg.norm(coeff - 1) / np.sqrt(k)), coeff
+    return float(np.linalg.norm(coeff - 1) / np.sqrt(n_parts)), coeff
 
 
 def coefficients(code, F, method: str) -> np.ndarray:
@@ -62,7 +62,7 @@ def test_optimal_is_least_squares_and_beats_one_step(name, n, s, kw):
 def test_combine_matches_coefficients(name, n, s, kw):
     rng = np.random.default_rng(7)
     code = make_code(name, n, s, seed=3, **kw)
-    partials = rng.standard_normal((code.k, 5))
+    partials = rng.standard_normal((code.n_parts, 5))
     messages = code.encode(partials)
     for _ in range(10):
         F = random_responders(rng, n, low=1)
@@ -96,8 +96,8 @@ def test_graph_decoder_equals_lstsq_on_random_graphs():
 class _FixedGraph(GraphCode):
     """A graph code on a given edge list (workers = edges), to test hand-made surviving graphs."""
 
-    def __init__(self, edges, k):
-        self._edges, self._k = np.asarray(edges), k
+    def __init__(self, edges, n_parts):
+        self._edges, self._n_parts = np.asarray(edges), n_parts
         super().__init__(len(edges), 0)
 
     def _check(self) -> None:
@@ -105,7 +105,7 @@ class _FixedGraph(GraphCode):
 
     def _build(self, rng):
         self._ends = [(int(u), int(v)) for u, v in self._edges]
-        B = np.zeros((len(self._edges), self._k))
+        B = np.zeros((len(self._edges), self._n_parts))
         B[np.arange(len(self._edges)), self._edges[:, 0]] = 1.0
         B[np.arange(len(self._edges)), self._edges[:, 1]] = 1.0
         return B
@@ -117,7 +117,7 @@ def bipartite_optimum(L: int, R: int) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize(
-    ("edges", "k"),
+    ("edges", "n_parts"),
     [
         ([(0, 1), (1, 2)], 3),                                    # path, 3 vertices
         ([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)], 6),            # path, 6 vertices (balanced)
@@ -130,8 +130,8 @@ def bipartite_optimum(L: int, R: int) -> tuple[float, float]:
     ],
     ids=["path3", "path6", "cycle4", "cycle3", "cycle5", "triangle-tail", "components", "k32-minus"],
 )
-def test_graph_decoder_hand_made(edges, k):
-    code = _FixedGraph(edges, k)
+def test_graph_decoder_hand_made(edges, n_parts):
+    code = _FixedGraph(edges, n_parts)
     F = list(range(len(edges)))
     ref, ref_coeff = lstsq_fit(code.B, F)
     got = coefficients(code, F, "optimal")
@@ -237,7 +237,7 @@ def test_every_partition_on_s_plus_1_workers(name):
     for n, s, kw in CONFIGS[name]:
         for seed in range(5):
             code = make_code(name, n, s, seed=seed, **kw)
-            np.testing.assert_array_equal((code.B != 0).sum(axis=0), np.full(code.k, s + 1))
+            np.testing.assert_array_equal((code.B != 0).sum(axis=0), np.full(code.n_parts, s + 1))
 
 
 def test_expander_is_a_simple_regular_graph():
@@ -268,7 +268,7 @@ def test_graph_code_edges_are_simple_and_s1_is_one_cycle():
                     if int(w) not in seen:
                         seen.add(int(w))
                         frontier.append(int(w))
-        assert len(seen) == code.k
+        assert len(seen) == code.n_parts
 
 
 def test_stochastic_scaling():
@@ -286,7 +286,7 @@ def test_stochastic_scaling():
         ("expander", 9, 2, {}, "even"),
         ("expander", 6, 5, {}, "smaller than n"),
         ("graph", 7, 2, {}, "accepted"),
-        ("graph", 4, 2, {}, "k = 2n"),
+        ("graph", 4, 2, {}, "n_parts = 2n"),
         ("erasurehead", 10, 2, {}, "n = 9 or n = 12"),
         ("stochastic", 10, 1, {"p": 1.0}, "0 <= p < 1"),
         ("stochastic", 10, 1, {"p": -0.5}, "0 <= p < 1"),

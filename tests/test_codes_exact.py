@@ -37,8 +37,8 @@ def build(name: str, n: int, s: int, seed: int = 0, **params):
 
 def make_partials(code, rng: np.random.Generator, d: int = 3) -> np.ndarray:
     if code.name == "reed_solomon_gf":  # integers: the field code must then be bit-exact
-        return rng.integers(-50, 51, size=(code.k, d)).astype(float)
-    return rng.standard_normal((code.k, d))
+        return rng.integers(-50, 51, size=(code.n_parts, d)).astype(float)
+    return rng.standard_normal((code.n_parts, d))
 
 
 def assert_decodes(code, F, partials) -> None:
@@ -272,7 +272,7 @@ def test_auto_falls_back_to_optimal_on_non_decodable_sets(name, n, s):
     d = code.decoding(F, "auto")
     assert d.method == "optimal"
     assert d.residual > code.tol
-    recomputed = np.linalg.norm(code.B[F].T @ d.weights[F] - 1) / np.sqrt(code.k)
+    recomputed = np.linalg.norm(code.B[F].T @ d.weights[F] - 1) / np.sqrt(code.n_parts)
     assert d.residual == pytest.approx(recomputed)
     assert np.all(d.weights[np.setdiff1d(np.arange(n), F)] == 0)
     assert not code.is_decodable(F)
@@ -320,7 +320,7 @@ def test_reed_solomon_gf_float_partials_within_documented_bound(gf64):
     rng = np.random.default_rng(6)
     partials = rng.standard_normal((64, 2000)) * 10
     messages = gf64.encode(partials)
-    bound = gf64.k * 2.0 ** -(gf64.frac_bits + 1)
+    bound = gf64.n_parts * 2.0 ** -(gf64.frac_bits + 1)
     for F in [rng.permutation(64)[:56] for _ in range(5)]:
         err = np.abs(gf64.combine(messages[F], F) - partials.sum(axis=0)).max()
         assert err <= bound
@@ -348,7 +348,7 @@ def test_reed_solomon_gf_overflow_raises(gf64):
 def test_encode_row_matches_encode(name):
     n, s = (7, 0) if name == "uncoded" else (8, 3) if name == "fractional_repetition" else (7, 3)
     code = build(name, n, s)
-    partials = np.random.default_rng(1).standard_normal((code.k, 4))
+    partials = np.random.default_rng(1).standard_normal((code.n_parts, 4))
     for i in range(n):
         row = code.encode_row(i, partials[list(code.support(i))])
         np.testing.assert_allclose(row, code.encode(partials)[i])
@@ -375,7 +375,7 @@ def test_bursts_at_n80_decode_or_raise_ill_conditioned(name, params):
             assert err.residual > code.tol
             auto = code.decoding(F, "auto")
             assert auto.method == "optimal"
-            recomputed = np.linalg.norm(code.B[F].T @ auto.weights[F] - 1) / np.sqrt(code.k)
+            recomputed = np.linalg.norm(code.B[F].T @ auto.weights[F] - 1) / np.sqrt(code.n_parts)
             assert auto.residual == pytest.approx(recomputed, rel=1e-6, abs=1e-12)
             continue
         assert d.residual <= code.tol and d.method == "exact"

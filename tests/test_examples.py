@@ -57,7 +57,7 @@ def test_adaptive_k_between_small_and_large_k():
     res = adaptive_k.compare(schemes, budget=800.0, seeds=[0], points=200)
     final = {label: r["error"][-1] for label, r in res.items()}
     early = {label: r["error"][len(r["error"]) // 8] for label, r in res.items()}
-    n = adaptive_k.N
+    n = adaptive_k.N_WORKERS
     for label in adaptive_k.adaptive_schemes():
         assert len(adaptive_k.switches(res[label]["runs"][0])) >= 3           # k did switch
         assert early[label] < 0.5 * early[f"fastest_k k={n}"]                 # faster than waiting for all, early
@@ -95,12 +95,12 @@ def test_dropcompute_example_scores_with_the_schemes_rule():
 
 def test_dropcompute_scaling_matches_reference_and_orders_checks():
     rows = dropcompute_scaling.sweep([8, 200], iterations=200, n_taus=13)
-    got = {(r["N"], r["check"]): r["speedup"] for r in rows}
+    got = {(r["n"], r["check"]): r["speedup"] for r in rows}
     for check, (ref, _, _) in dropcompute_scaling.REFERENCE.items():
-        assert got[(200, check)] > got[(8, check)]                         # grows with N
+        assert got[(200, check)] > got[(8, check)]                         # grows with n
         assert got[(200, check)] == pytest.approx(ref[200], abs=0.05)
-    for N in (8, 200):                                                     # idealized > official > before only
-        assert got[(N, "idealized")] >= got[(N, "official")] >= got[(N, "before_microbatch")]
+    for n in (8, 200):                                                     # idealized > official > before only
+        assert got[(n, "idealized")] >= got[(n, "official")] >= got[(n, "before_microbatch")]
 
 
 def test_codes_exact_flat_then_failing_approximate_graceful():

@@ -59,7 +59,7 @@ class FirstHalf(Scheme):
         return max(1, self.n // 2)
 
     def combine(self, messages, responders, plan):
-        return Combined(messages.sum(axis=0) * plan.k_parts / len(responders), method="average")
+        return Combined(messages.sum(axis=0) * plan.n_parts / len(responders), method="average")
 
 
 class NoBatch(FirstHalf):
@@ -102,8 +102,8 @@ class Ones(Workload):
     def loss(self, w):
         return 0.5 * float(np.sum((np.asarray(w) - 1.0) ** 2))
 
-    def gradients(self, w, t, parts, k, batch=None):
-        sizes = np.diff(self.partition_bounds(k))
+    def gradients(self, w, t, parts, n_parts, batch=None):
+        sizes = np.diff(self.partition_bounds(n_parts))
         return np.stack([sizes[j] / self.n_samples * (np.asarray(w) - 1.0) for j in parts])
 
 
@@ -185,9 +185,11 @@ def test_import_paths_in_a_spec_nested_too(mod):
 
 def test_run_batch_goes_only_to_schemes_that_take_it(mod):
     spec = load_spec(_spec(schemes=[{"name": f"{mod}:NoBatch", "m": 2}, {"name": "fastest_k", "k": 2},
-                                    {"name": "adaptive_k_load", "batch": 8}], scheme=None, run={"batch": 4}))
+                                    {"name": "adaptive_k_load", "max_batch": 8}], scheme=None, run={"batch": 4}))
     no_batch, fastest, akl = build(spec)[0]
-    assert no_batch.m == 2 and no_batch.batch is None and fastest.batch == 4 and akl.batch == 8
+    assert no_batch.m == 2 and no_batch.batch is None and fastest.batch == 4
+    # adaptive_k_load picks its mini-batch itself, up to max_batch, which is also its unit of load
+    assert (akl.max_batch, akl.batch, akl.samples_per_unit) == (8, None, 8)
 
 
 @pytest.mark.parametrize("path, words", [

@@ -19,7 +19,7 @@ SPEC = {
     "cluster": {"workers": 4},
     "workload": {"name": "least_squares", "n_samples": 200, "dim": 5},
     "delays": [{"label": "pareto", "name": "pareto", "alpha": 2.5}, {"name": "trace", "trace": "bytedance-SE"}],
-    "schemes": [{"name": "sync"}, {"name": "backup", "b": 1}, {"name": "adaptive_k_load", "batch": 8},
+    "schemes": [{"name": "sync"}, {"name": "backup", "b": 1}, {"name": "adaptive_k_load", "max_batch": 8},
                 {"name": "coded", "code": "cyclic_mds", "s": 2},
                 {"name": "dropcompute", "M": 2, "tau": "auto", "warmup": 1, "record_steps": 3}],
     "run": {"iterations": 10, "seeds": [0, 1, 2], "batch": 8},

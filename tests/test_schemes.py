@@ -18,7 +18,9 @@ from gradcode.schemes.dropcompute import choose_tau, local_stop
         ("fastest_k", {}, ["k"]),
         ("backup", {}, ["b"]),
         ("backup", {"b": 10}, ["b", "<="]),
-        ("backup", {"b": 2, "N": 5}, ["N + b"]),
+        ("backup", {"b": 2, "k": 5}, ["k + b"]),
+        ("backup", {"k": 11}, ["k", "1 <= k <= n"]),
+        ("backup", {"N": 8}, ["unknown parameter 'N'", "'N': the paper's N", "is k here"]),
         ("adaptive_k", {"k0": 0}, ["k0"]),
         ("adaptive_k", {"k0": 5, "k_max": 3}, ["k_max", "k0"]),
         ("dropcompute", {"tau": 0}, ["tau", "> 0"]),
@@ -32,6 +34,8 @@ from gradcode.schemes.dropcompute import choose_tau, local_stop
         ("coded", {"code": "cyclic_mds", "s": 1, "flavour": 3}, ["flavour", "accepted"]),
         ("fastest_k", {"k": 2, "speed": 3}, ["speed", "accepted"]),
         ("adaptive_k_load", {"stages": [40, 20]}, ["stages", "increasing"]),
+        ("adaptive_k_load", {"batch": 8}, ["unknown parameter 'batch'", "largest per-worker batch is max_batch"]),
+        ("adaptive_k_load", {"max_batch": 0}, ["max_batch", ">= 1"]),
         ("nope", {}, ["unknown scheme", "fastest_k"]),
     ],
 )
@@ -52,7 +56,8 @@ def test_stop_counts():
     assert make_scheme("sync", n=7).stop_count() == 7
     assert make_scheme("fastest_k", n=7, k=3).stop_count() == 3
     backup = make_scheme("backup", n=7, b=2)
-    assert (backup.N, backup.stop_count()) == (5, 5)
+    assert (backup.k, backup.stop_count()) == (5, 5)
+    assert make_scheme("backup", n=7, k=5).b == 2
     approx = make_scheme("coded", n=12, code="expander", s=2, wait=9)
     assert approx.stop_count() == 9
 
@@ -72,7 +77,7 @@ def test_mds_stops_at_n_minus_s():
 
 
 SUMMING = {"sync": {}, "fastest_k": {"k": 3}, "backup": {"b": 2}, "adaptive_k": {"k0": 2},
-           "adaptive_k_load": {"batch": 4, "delay": {"name": "shifted_exponential", "a": 1.0, "mu": 1.0}}}
+           "adaptive_k_load": {"max_batch": 4, "delay": {"name": "shifted_exponential", "a": 1.0, "mu": 1.0}}}
 
 
 @pytest.mark.parametrize("name", list(SUMMING))
@@ -178,7 +183,7 @@ def test_dropcompute_warmup_then_fixed_tau():
     assert scheme.plan(1).tau == float("inf")
     assert scheme.plan(2).tau == 2.5
     parts = scheme.plan(0).parts
-    assert parts[1] == (3, 4, 5) and scheme.plan(0).k_parts == 12
+    assert parts[1] == (3, 4, 5) and scheme.plan(0).n_parts == 12
 
 
 def test_dropcompute_normalizations():

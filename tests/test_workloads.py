@@ -51,18 +51,18 @@ def test_full_gradient_matches_finite_differences(workload):
         assert fd == pytest.approx(float(g @ v), rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.parametrize("k", [1, 2, 7, 10, 13, 50])
-def test_full_batch_partials_sum_to_full_gradient(workload, k):
-    w = random_w(workload, k)
-    G = workload.gradients(w, t=3, parts=range(k), k=k)
-    assert G.shape == (k, workload.dim)
+@pytest.mark.parametrize("n_parts", [1, 2, 7, 10, 13, 50])
+def test_full_batch_partials_sum_to_full_gradient(workload, n_parts):
+    w = random_w(workload, n_parts)
+    G = workload.gradients(w, t=3, parts=range(n_parts), n_parts=n_parts)
+    assert G.shape == (n_parts, workload.dim)
     np.testing.assert_allclose(G.sum(axis=0), workload.full_gradient(w), rtol=1e-10, atol=1e-12)
 
 
 def test_full_batch_with_k_equal_n_samples():
     ls = make_workload("least_squares", n_samples=40, dim=3)
     w = random_w(ls)
-    G = ls.gradients(w, 0, range(40), k=40)
+    G = ls.gradients(w, 0, range(40), n_parts=40)
     np.testing.assert_allclose(G.sum(axis=0), ls.full_gradient(w), rtol=1e-12, atol=1e-14)
     # each partition is one sample: g_j = (1/N) x_j (x_j^T w - y_j)
     np.testing.assert_allclose(G, ls.X * (ls.X @ w - ls.y)[:, None] / 40, rtol=1e-12, atol=1e-15)
@@ -71,18 +71,18 @@ def test_full_batch_with_k_equal_n_samples():
 def test_full_batch_matches_direct_formula_any_order_and_chunking(monkeypatch):
     ls = make_workload("least_squares", n_samples=101, dim=4, seed=1)
     w = random_w(ls)
-    k = 9
-    bounds = ls.partition_bounds(k)
+    n_parts = 9
+    bounds = ls.partition_bounds(n_parts)
     direct = np.stack([
         ls.X[bounds[j]:bounds[j + 1]].T @ (ls.X[bounds[j]:bounds[j + 1]] @ w - ls.y[bounds[j]:bounds[j + 1]])
-        / ls.n_samples for j in range(k)
+        / ls.n_samples for j in range(n_parts)
     ])
     parts = [5, 2, 8, 2, 0]
-    np.testing.assert_allclose(ls.gradients(w, 0, parts, k), direct[parts], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ls.gradients(w, 0, parts, n_parts), direct[parts], rtol=1e-12, atol=1e-15)
     # force the chunked path (one partition per chunk) and non-adjacent gathers
     monkeypatch.setattr(wl, "_CHUNK_ELEMENTS", 8)
-    np.testing.assert_allclose(ls.gradients(w, 0, parts, k), direct[parts], rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(ls.gradients(w, 0, range(k), k), direct, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ls.gradients(w, 0, parts, n_parts), direct[parts], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ls.gradients(w, 0, range(n_parts), n_parts), direct, rtol=1e-12, atol=1e-15)
 
 
 def _manual_minibatch(wk: Workload, w, idx_row, size):
@@ -106,11 +106,11 @@ def _manual_minibatch(wk: Workload, w, idx_row, size):
 @pytest.mark.parametrize("batch", [1, 3, 40])
 def test_minibatch_matches_direct_formula(workload, batch):
     w = random_w(workload, 7)
-    k = 6
+    n_parts = 6
     parts = [4, 0, 5]
-    idx = workload.batch_indices(11, parts, k, batch)
-    sizes = workload.partition_sizes(k)
-    G = workload.gradients(w, 11, parts, k, batch=batch)
+    idx = workload.batch_indices(11, parts, n_parts, batch)
+    sizes = workload.partition_sizes(n_parts)
+    G = workload.gradients(w, 11, parts, n_parts, batch=batch)
     for row, j in enumerate(parts):
         np.testing.assert_allclose(G[row], _manual_minibatch(workload, w, idx[row], sizes[j]),
                                    rtol=1e-10, atol=1e-13)
@@ -125,13 +125,13 @@ def test_batch_at_least_partition_size_without_replacement_is_full_batch():
 
 
 # --- partitions ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("n, k", [(10, 3), (103, 7), (50, 50), (7, 1)])
-def test_partitions_are_array_split_slices(n, k):
+@pytest.mark.parametrize("n, n_parts", [(10, 3), (103, 7), (50, 50), (7, 1)])
+def test_partitions_are_array_split_slices(n, n_parts):
     ls = make_workload("least_squares", n_samples=n, dim=2)
-    sizes = ls.partition_sizes(k)
-    expected = [len(a) for a in np.array_split(np.arange(n), k)]
+    sizes = ls.partition_sizes(n_parts)
+    expected = [len(a) for a in np.array_split(np.arange(n), n_parts)]
     assert sizes.tolist() == expected
-    bounds = ls.partition_bounds(k)
+    bounds = ls.partition_bounds(n_parts)
     assert bounds[0] == 0 and bounds[-1] == n
 
 
@@ -151,15 +151,15 @@ def test_data_layout_and_seeding():
 @pytest.mark.parametrize("batch", [2, 5, 30])
 def test_minibatch_determinism_independent_of_other_parts(workload, batch):
     w = random_w(workload, 3)
-    k = 8
-    alone = np.stack([workload.gradients(w, 9, [j], k, batch=batch)[0] for j in range(k)])
-    together = workload.gradients(w, 9, range(k), k, batch=batch)
+    n_parts = 8
+    alone = np.stack([workload.gradients(w, 9, [j], n_parts, batch=batch)[0] for j in range(n_parts)])
+    together = workload.gradients(w, 9, range(n_parts), n_parts, batch=batch)
     np.testing.assert_array_equal(alone, together)
     order = [6, 1, 7, 1, 3]
-    np.testing.assert_array_equal(workload.gradients(w, 9, order, k, batch=batch), alone[order])
+    np.testing.assert_array_equal(workload.gradients(w, 9, order, n_parts, batch=batch), alone[order])
     # a freshly built copy (another MPI rank) computes the same partials
     twin = make_workload(workload.name, **SMALL[workload.name])
-    np.testing.assert_array_equal(twin.gradients(w, 9, order[::-1], k, batch=batch), alone[order[::-1]])
+    np.testing.assert_array_equal(twin.gradients(w, 9, order[::-1], n_parts, batch=batch), alone[order[::-1]])
 
 
 def test_minibatch_changes_with_t_and_seed():
@@ -178,8 +178,8 @@ def test_stream_key_depends_on_every_argument():
     parts = np.arange(6)
     base = wl._stream_keys(1, 2, parts, 6)
     assert len(set(base.tolist())) == 6
-    for seed, t, k in [(0, 2, 6), (1, 3, 6), (1, 2, 7)]:
-        assert not np.any(wl._stream_keys(seed, t, parts, k) == base)
+    for seed, t, n_parts in [(0, 2, 6), (1, 3, 6), (1, 2, 7)]:
+        assert not np.any(wl._stream_keys(seed, t, parts, n_parts) == base)
 
 
 def test_batch_indices_golden_values():
@@ -195,13 +195,13 @@ def test_batch_indices_golden_values():
 
 @pytest.mark.parametrize("size, batch", [(100, 3), (100, 10), (100, 11), (12, 5), (12, 12), (5, 9)])
 def test_batch_indices_in_partition_and_distinct(size, batch):
-    k = 3
-    ls = make_workload("least_squares", n_samples=size * k + 1, dim=2)
-    bounds = ls.partition_bounds(k)
+    n_parts = 3
+    ls = make_workload("least_squares", n_samples=size * n_parts + 1, dim=2)
+    bounds = ls.partition_bounds(n_parts)
     for t in range(20):
-        idx = ls.batch_indices(t, range(k), k, batch)
-        assert idx.shape == (k, batch)
-        for j in range(k):
+        idx = ls.batch_indices(t, range(n_parts), n_parts, batch)
+        assert idx.shape == (n_parts, batch)
+        for j in range(n_parts):
             assert np.all((idx[j] >= bounds[j]) & (idx[j] < bounds[j + 1]))
             if batch <= bounds[j + 1] - bounds[j]:
                 assert len(set(idx[j].tolist())) == batch
@@ -226,14 +226,14 @@ def test_batch_indices_uniform(size, batch):
 
 def test_minibatch_partial_is_unbiased(workload):
     w = random_w(workload, 5)
-    k = 4
-    full = workload.gradients(w, 0, range(k), k)
+    n_parts = 4
+    full = workload.gradients(w, 0, range(n_parts), n_parts)
     T = 400
-    mean = sum(workload.gradients(w, t, range(k), k, batch=8) for t in range(T)) / T
+    mean = sum(workload.gradients(w, t, range(n_parts), n_parts, batch=8) for t in range(T)) / T
     scale = np.abs(full).max()
     np.testing.assert_allclose(mean, full, atol=0.1 * scale)
     # the estimate is actually random: one draw is further off than the average
-    one = workload.gradients(w, 0, range(k), k, batch=8)
+    one = workload.gradients(w, 0, range(n_parts), n_parts, batch=8)
     assert np.abs(one - full).max() > np.abs(mean - full).max()
 
 
@@ -249,11 +249,11 @@ def test_minibatch_with_replacement_is_unbiased():
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 60), data=st.data())
 def test_sum_over_partitions_property(n, data):
-    k = data.draw(st.integers(1, n))
+    n_parts = data.draw(st.integers(1, n))
     ls = make_workload("least_squares", n_samples=n, dim=3, seed=n)
     w = random_w(ls, n)
-    perm = data.draw(st.permutations(list(range(k))))
-    G = ls.gradients(w, 0, perm, k)
+    perm = data.draw(st.permutations(list(range(n_parts))))
+    G = ls.gradients(w, 0, perm, n_parts)
     np.testing.assert_allclose(G.sum(axis=0), ls.full_gradient(w), rtol=1e-9, atol=1e-12)
 
 
@@ -287,7 +287,7 @@ def test_lr_is_inverse_lipschitz_constant():
 
 
 def test_sgd_with_coded_style_partials_converges():
-    """Mini-batch SGD summing all k partials gets close to the optimum (the simulator's path)."""
+    """Mini-batch SGD summing all n_parts partials gets close to the optimum (the simulator's path)."""
     ls = make_workload("least_squares", n_samples=400, dim=5, seed=2)
     w = ls.init_params()
     for t in range(300):
@@ -391,9 +391,9 @@ def test_softmax_without_sklearn(monkeypatch):
 def test_call_errors():
     ls = make_workload("least_squares", n_samples=20, dim=3)
     w = ls.init_params()
-    _raises(r"n_samples = 20.*k = 21", ls.gradients, w, 0, [0], 21)
-    _raises(r"k must be >= 1", ls.gradients, w, 0, [0], 0)
-    _raises(r"parts out of range: \[4\].*0 <= j < k = 4", ls.gradients, w, 0, [0, 4], 4)
+    _raises(r"n_samples = 20.*n_parts = 21", ls.gradients, w, 0, [0], 21)
+    _raises(r"n_parts must be >= 1", ls.gradients, w, 0, [0], 0)
+    _raises(r"parts out of range: \[4\].*0 <= j < n_parts = 4", ls.gradients, w, 0, [0, 4], 4)
     _raises(r"parts out of range: \[-1\]", ls.gradients, w, 0, [-1], 4)
     _raises(r"parts must be a 1-D sequence of integer", ls.gradients, w, 0, [0.5], 4)
     _raises(r"parts must be a 1-D sequence of integer", ls.gradients, w, 0, [[0, 1]], 4)
@@ -403,7 +403,7 @@ def test_call_errors():
     _raises(r"w must be a vector of shape \(3,\).*got shape \(4,\)", ls.gradients, np.zeros(4), 0, [0], 4)
     _raises(r"w must be a vector of shape \(3,\)", ls.loss, np.zeros((3, 1)))
     _raises(r"w must be a vector of shape \(3,\)", ls.full_gradient, np.zeros(2))
-    _raises(r"n_samples = 20.*k = 30", ls.partition_sizes, 30)
+    _raises(r"n_samples = 20.*n_parts = 30", ls.partition_sizes, 30)
     _raises(r"batch must be >= 1", ls.batch_indices, 0, [0], 2, 0)
     assert ls.gradients(w, 0, [], 4).shape == (0, 3)
     assert ls.gradients(w, 0, np.array([3, 0], dtype=np.int32), 4, batch=2).shape == (2, 3)

@@ -2,7 +2,7 @@
 
     >>> import gradcode
     >>> code = gradcode.make_code("cyclic_mds", n=10, s=3, seed=0)
-    >>> partials = [[float(j)] for j in range(code.k)]
+    >>> partials = [[float(j)] for j in range(code.n_parts)]
     >>> messages = code.encode(partials)
     >>> responders = [0, 2, 3, 5, 6, 8, 9]            # workers 1, 4, 7 straggle
     >>> round(float(code.combine(messages[responders], responders)[0]), 6)

@@ -1,10 +1,10 @@
 """The shared algorithm of every gradient code: validation, decoding by method, residuals, caching, combining.
 
-A code is an ``(n, k)`` encoding matrix ``B``. Worker ``i`` holds the partitions in the support of row ``i`` and
+A code is an ``(n, n_parts)`` encoding matrix ``B``. Worker ``i`` holds the partitions in the support of row ``i`` and
 sends ``y_i = sum_j B[i, j] g_j``. From the responders ``F`` the master wants weights ``a`` with ``a^T B_F = 1^T``,
 so that ``sum_{i in F} a_i y_i = sum_j g_j``. Every decoding reports its residual
 
-    residual = ||B_F^T a - 1||_2 / sqrt(k),
+    residual = ||B_F^T a - 1||_2 / sqrt(n_parts),
 
 and an exact decode whose residual exceeds ``tol`` raises :class:`IllConditionedError` instead of returning a
 wrong gradient (floating-point decoding loses precision as ``n`` grows: ``docs/references.md#gradient-codes``).
@@ -31,7 +31,7 @@ class Decoding(NamedTuple):
     """The result of decoding one responder set.
 
     ``weights`` is ``(n,)``, zero outside the responders; ``method`` is the method actually used (``auto``
-    resolves to ``exact`` or ``optimal``); ``residual`` is ``||B_F^T a - 1||_2 / sqrt(k)``.
+    resolves to ``exact`` or ``optimal``); ``residual`` is ``||B_F^T a - 1||_2 / sqrt(n_parts)``.
     """
 
     weights: np.ndarray
@@ -40,11 +40,11 @@ class Decoding(NamedTuple):
 
 
 class Code:
-    r"""A gradient code: an ``(n, k)`` encoding matrix ``B`` for ``n`` workers, ``k`` partitions, ``s`` stragglers.
+    r"""A gradient code: an ``(n, n_parts)`` encoding matrix ``B`` (workers x data partitions) for ``s`` stragglers.
 
     Worker ``i`` computes the partitions in the support of row ``i`` and sends ``y_i = sum_j B[i, j] g_j``. From the
     responders ``F`` the master finds weights ``a`` with ``B_F^T a ~ 1`` and returns ``sum_{i in F} a_i y_i``,
-    which is ``sum_j g_j`` when ``B_F^T a = 1``; every decoding reports ``||B_F^T a - 1||_2 / sqrt(k)``.
+    which is ``sum_j g_j`` when ``B_F^T a = 1``; every decoding reports ``||B_F^T a - 1||_2 / sqrt(n_parts)``.
 
     A subclass sets ``name``, ``description`` (one line, ending in ``(exact)`` or ``(approximate)``) and ``exact``,
     and implements ``_build(rng) -> B``; it may add ``_check`` (a :class:`ConfigError` for bad parameters) and a
@@ -90,7 +90,7 @@ class Code:
         B = np.array(self._build(np.random.default_rng(seed)))
         B.setflags(write=False)
         self.B = B
-        self.k = B.shape[1]
+        self.n_parts = B.shape[1]
         self._B_sparse = scipy.sparse.csr_array(B)
         self._supports = tuple(tuple(int(j) for j in np.flatnonzero(B[i])) for i in range(self.n))
         self._cache: OrderedDict = OrderedDict()
@@ -119,7 +119,7 @@ class Code:
         return float(np.mean([len(sup) for sup in self._supports]))
 
     def encode(self, partials: np.ndarray) -> np.ndarray:
-        """``(k, d)`` partial gradients -> ``(n, d)`` messages, row ``i`` = ``sum_j B[i, j] partials[j]``."""
+        """``(n_parts, d)`` partial gradients -> ``(n, d)`` messages, row ``i`` = ``sum_j B[i, j] partials[j]``."""
         partials = self._check_partials(partials)
         return self._B_sparse @ partials
 
@@ -141,8 +141,8 @@ class Code:
 
     def _check_partials(self, partials) -> np.ndarray:
         partials = np.asarray(partials)
-        if partials.ndim not in (1, 2) or partials.shape[0] != self.k:
-            raise ConfigError(f"partials must have shape (k, d) = ({self.k}, d), got {partials.shape}")
+        if partials.ndim not in (1, 2) or partials.shape[0] != self.n_parts:
+            raise ConfigError(f"partials must have shape (n_parts, d) = ({self.n_parts}, d), got {partials.shape}")
         if not np.all(np.isfinite(partials)):
             raise ConfigError("partials contain NaN or infinity")
         return partials
@@ -153,7 +153,7 @@ class Code:
         return self.decoding(responders, method).weights
 
     def residual(self, responders, method: str = "auto") -> float:
-        """``||B_F^T a - 1||_2 / sqrt(k)`` for the weights :meth:`decode` returns."""
+        """``||B_F^T a - 1||_2 / sqrt(n_parts)`` for the weights :meth:`decode` returns."""
         return self.decoding(responders, method).residual
 
     def is_decodable(self, responders) -> bool:
@@ -278,7 +278,7 @@ class Code:
 
     def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
         v = self.B[F].T @ a - 1.0
-        return float(np.linalg.norm(v) / np.sqrt(self.k))
+        return float(np.linalg.norm(v) / np.sqrt(self.n_parts))
 
     def _not_decodable(self, F: np.ndarray) -> NotDecodableError:
         need = self.n - self.s
@@ -301,14 +301,14 @@ class Code:
         """``argmin_a ||B_F^T a - 1||_2`` (minimum-norm solution)."""
         if len(F) == 0:
             return np.zeros(0)
-        ones = np.ones(self.k, dtype=self.B.dtype)
+        ones = np.ones(self.n_parts, dtype=self.B.dtype)
         a, *_ = np.linalg.lstsq(self.B[F].T, ones, rcond=None)
         return a
 
     def _one_step_weights(self, F: np.ndarray) -> np.ndarray:
         """One fixed scaling ``c`` for every responder, chosen so the mean coefficient of ``B_F^T a`` is 1."""
         total = self.B[F].sum()
-        c = self.k / total if len(F) and total != 0 else 0.0
+        c = self.n_parts / total if len(F) and total != 0 else 0.0
         return np.full(len(F), c)
 
     # --- combining ------------------------------------------------------------------------------------------
@@ -336,4 +336,4 @@ class Code:
         return out.real if np.iscomplexobj(out) else out
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k}, seed={self.seed})"
+        return f"{type(self).__name__}(n={self.n}, s={self.s}, n_parts={self.n_parts}, seed={self.seed})"

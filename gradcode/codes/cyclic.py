@@ -16,7 +16,7 @@ from ._base import Code
 
 
 class CyclicSupportCode(Code):
-    r"""Base class: worker ``i`` holds the cyclic window ``W_i = {i, i+1, ..., i+s} (mod n)``; ``k = n``.
+    r"""Base class: worker ``i`` holds the cyclic window ``W_i = {i, i+1, ..., i+s} (mod n)``; ``n_parts = n``.
 
     Every partition ``j`` is held by the ``s + 1`` workers ``j - s, ..., j``, so the load is balanced. A subclass
     gives the coefficients of each window, ``_window_coefficients(rng) -> C`` of shape ``(n, s + 1)``, and

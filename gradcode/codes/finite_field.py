@@ -49,7 +49,7 @@ class ReedSolomonGF(ReedSolomonBase):
     r"""Reed-Solomon gradient code over ``GF(p)`` with fixed-point gradients: exact recovery, bit for bit.
 
     The code of :class:`~gradcode.codes.reed_solomon.ReedSolomonBase` (Halbawi, Azizan, Salehi, Hassibi,
-    ISIT 2018) over a finite field: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (``k = n``) and has the
+    ISIT 2018) over a finite field: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (``n_parts = n``) and has the
     node ``alpha_i = i + 1`` (distinct and nonzero, needs ``p > n``). In ``GF(p)``,
 
         p_j(x) = prod_{i : M[i, j] = 0} (x - alpha_i) / (-alpha_i),       B[i, j] = p_j(alpha_i),
@@ -63,17 +63,17 @@ class ReedSolomonGF(ReedSolomonBase):
 
     Data path: a partial gradient entry ``x`` becomes ``round(x 2^f) mod p`` (``f = frac_bits``); messages are
     int64 in ``[0, p)``; :meth:`combine` lifts the field sum to the signed integer in ``(-p/2, p/2)`` and
-    divides by ``2^f``. This is exact as long as ``k * max_abs * 2^f < p / 2``, where ``max_abs`` is the
+    divides by ``2^f``. This is exact as long as ``n_parts * max_abs * 2^f < p / 2``, where ``max_abs`` is the
     largest ``|x|`` the caller promises (default: the largest value the bound allows); :meth:`encode` raises
     :class:`ConfigError` for a larger entry. The only error is the rounding to fixed point: every entry of the
-    decoded sum is within ``k * 2^-(f+1)`` of the float sum, and integer-valued partials round-trip
+    decoded sum is within ``n_parts * 2^-(f+1)`` of the float sum, and integer-valued partials round-trip
     bit-exactly. Arithmetic is int64 numpy with a reduction after every product (``p <= 2^31`` keeps products
     below ``2^62``); galois is used for the field itself (building ``B``, Lagrange weights).
 
     Decoding methods: ``exact`` and ``auto`` (the same here: a field has no least-squares approximation, so a
     set of fewer than ``n - s`` responders raises :class:`NotDecodableError`). ``optimal`` and ``one_step``
     raise :class:`ConfigError`. The residual is computed in the field: 0.0 when ``a @ B_F == 1`` in ``GF(p)``,
-    else ``sqrt(#wrong coordinates / k)``.
+    else ``sqrt(#wrong coordinates / n_parts)``.
 
     Examples
     --------
@@ -112,20 +112,20 @@ class ReedSolomonGF(ReedSolomonBase):
         if self.p <= self.n:
             raise ConfigError("reed_solomon_gf: p must exceed n (n distinct nonzero nodes), got "
                               f"p = {self.p}, n = {self.n}")
-        half, k, scale = (self.p - 1) // 2, self.n, 2.0**self.frac_bits
+        half, n_parts, scale = (self.p - 1) // 2, self.n, 2.0**self.frac_bits
         if self._max_abs_arg is None:
-            qmax = half // k
-            if qmax < 1:  # pragma: no cover - needs p < 2k + 1, excluded above only for p <= n
-                raise ConfigError(f"reed_solomon_gf: field p = {self.p} too small for k = {k} partitions")
+            qmax = half // n_parts
+            if qmax < 1:  # pragma: no cover - needs p < 2 n_parts + 1, excluded above only for p <= n
+                raise ConfigError(f"reed_solomon_gf: field p = {self.p} too small for n_parts = {n_parts} partitions")
             self.max_abs = qmax / scale
         else:
             self.max_abs = check_float("max_abs", self._max_abs_arg, low=0.0, low_open=True)
             qmax = math.ceil(self.max_abs * scale)
-            if k * qmax > half:
+            if n_parts * qmax > half:
                 raise ConfigError(
-                    f"reed_solomon_gf: k * max_abs * 2^frac_bits = {k} * {self.max_abs:g} * "
+                    f"reed_solomon_gf: n_parts * max_abs * 2^frac_bits = {n_parts} * {self.max_abs:g} * "
                     f"2^{self.frac_bits} must be below p/2 = {half}; accepted: max_abs <= "
-                    f"{half // k / scale:g}, or fewer frac_bits, or a larger field p (<= 2^31)"
+                    f"{half // n_parts / scale:g}, or fewer frac_bits, or a larger field p (<= 2^31)"
                 )
 
     def _node_values(self) -> np.ndarray:
@@ -155,7 +155,7 @@ class ReedSolomonGF(ReedSolomonBase):
         if peak > self.max_abs:
             raise ConfigError(
                 f"reed_solomon_gf: |partial| = {peak:g} exceeds the fixed-point range max_abs = "
-                f"{self.max_abs:g} (k * max_abs * 2^frac_bits must stay below p/2 with k = {self.k}, "
+                f"{self.max_abs:g} (n_parts * max_abs * 2^frac_bits must stay below p/2 with n_parts = {self.n_parts}, "
                 f"frac_bits = {self.frac_bits}, p = {self.p}); use fewer frac_bits (each one doubles the "
                 "range) or a larger field p (<= 2^31)"
             )
@@ -170,7 +170,7 @@ class ReedSolomonGF(ReedSolomonBase):
 
     # --- encoding -------------------------------------------------------------------------------------------
     def encode(self, partials) -> np.ndarray:
-        """``(k, d)`` float partials -> ``(n, d)`` int64 messages in ``[0, p)``."""
+        """``(n_parts, d)`` float partials -> ``(n, d)`` int64 messages in ``[0, p)``."""
         Q = self.quantize(self._check_partials(partials))
         Y = np.empty((self.n,) + Q.shape[1:], dtype=np.int64)
         for i, window in enumerate(self.windows):
@@ -193,7 +193,7 @@ class ReedSolomonGF(ReedSolomonBase):
 
     def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
         wrong = np.count_nonzero(_mulsum(a, self.B[F], self.p) != 1)
-        return math.sqrt(wrong / self.k)
+        return math.sqrt(wrong / self.n_parts)
 
     def combine(self, messages, responders, method: str = "auto") -> np.ndarray:
         """``(len(responders), d)`` int64 messages -> ``(d,)`` float64 sum of the partial gradients."""

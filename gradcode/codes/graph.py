@@ -23,11 +23,11 @@ def _graph_code_sizes(s: int, lo: int) -> int:
 
 
 class GraphCode(Code):
-    """Graph code: workers are the ``n`` edges of a random (s+1)-regular graph on ``k = 2n/(s+1)`` partitions.
+    """Graph code: workers are the ``n`` edges of a random (s+1)-regular graph on ``2n/(s+1)`` partitions.
 
     Worker ``e = (u, v)`` sends ``g_u + g_v`` (``B[e, u] = B[e, v] = 1``), so each partition is held by its
     ``s + 1`` incident edges and each worker computes two partitions. ``s = 1`` gives one random cycle. Needs
-    ``(s+1) | 2n`` and ``k > s + 1``.
+    ``(s+1) | 2n`` and ``n_parts = 2n/(s+1) > s + 1``.
 
     The optimal decoder is the closed form of Glasgow and Wootters, "Approximate Gradient Coding with Optimal
     Decoding" (2006.09638), on the surviving graph (vertices = partitions, edges = responders), computed by
@@ -35,7 +35,7 @@ class GraphCode(Code):
 
         >>> from gradcode import make_code
         >>> code = make_code("graph", n=12, s=2, seed=0)
-        >>> code.k, sorted(set((code.B > 0).sum(axis=0).tolist())), sorted(set(code.B.sum(axis=1).tolist()))
+        >>> code.n_parts, sorted(set((code.B > 0).sum(axis=0).tolist())), sorted(set(code.B.sum(axis=1).tolist()))
         (8, [3], [2.0])
         >>> code.residual(list(range(12)), "optimal") < 1e-12
         True
@@ -52,16 +52,16 @@ class GraphCode(Code):
             down = [n for n in range(self.n - 1, 0, -1) if (2 * n) % d == 0 and 2 * n > d * d][:1]
             near = sorted(set(down + [_graph_code_sizes(self.s, self.n)]))
             raise ConfigError(
-                "graph: needs (s + 1) | 2n (an (s+1)-regular graph with n edges) and k = 2n/(s+1) > s + 1 "
+                "graph: needs (s + 1) | 2n (an (s+1)-regular graph with n edges) and n_parts = 2n/(s+1) > s + 1 "
                 f"vertices, got n = {self.n}, s = {self.s}; accepted for s = {self.s}: n in {near} (or any n "
                 f"with 2n divisible by {d} and 2n > {d * d})"
             )
 
     def _build(self, rng: np.random.Generator) -> np.ndarray:
-        d, k = self.s + 1, 2 * self.n // (self.s + 1)
-        edges = random_cycle_edges(k, rng) if d == 2 else random_regular_edges(k, d, rng)
+        d, n_parts = self.s + 1, 2 * self.n // (self.s + 1)
+        edges = random_cycle_edges(n_parts, rng) if d == 2 else random_regular_edges(n_parts, d, rng)
         self._ends = [(int(u), int(v)) for u, v in edges]
-        B = np.zeros((self.n, k))
+        B = np.zeros((self.n, n_parts))
         B[np.arange(self.n), edges[:, 0]] = 1.0
         B[np.arange(self.n), edges[:, 1]] = 1.0
         return B

@@ -2,11 +2,11 @@
 
 - :class:`Expander`: ``B = A(G)/d`` for a random ``d``-regular graph, ``d = s + 1`` (Raviv et al.; Glasgow and
   Wootters).
-- :class:`Bernoulli`: random support with density ``(s+1)/k`` (Charles, Papailiopoulos, Ellenberg, 1711.06771).
+- :class:`Bernoulli`: random support with density ``(s+1)/n_parts`` (Charles, Papailiopoulos, Ellenberg, 1711.06771).
 - :class:`Stochastic`: each partition on ``s + 1`` random workers, scaled to be unbiased (Bitar, Wootters,
   El Rouayheb).
 
-None promises the exact sum; every decoding reports its residual ``||B_F^T a - 1||_2 / sqrt(k)``: ``optimal``
+None promises the exact sum; every decoding reports its residual ``||B_F^T a - 1||_2 / sqrt(n_parts)``: ``optimal``
 minimises it (least squares), ``one_step`` applies one fixed, cheap rule. See ``docs/references.md#gradient-codes``.
 """
 
@@ -20,11 +20,11 @@ from .regular_graphs import random_regular_edges
 
 
 class Expander(Code):
-    """Expander code: ``B = A(G) / d``, ``G`` a random ``d``-regular graph on ``k = n`` vertices, d = s + 1.
+    """Expander code: ``B = A(G) / d``, ``G`` a random ``d``-regular graph on ``n_parts = n`` vertices, d = s + 1.
 
     Worker ``i`` holds the partitions of its ``d`` neighbours in ``G``, so every partition is held by
     ``d = s + 1`` workers. Optimal decoding is least squares on ``B_F^T a = 1``; one-step decoding scales
-    every responder by ``k / sum(B_F) = n / |F|``. Needs ``n * (s + 1)`` even and ``s + 1 < n``. The graph is
+    every responder by ``n_parts / sum(B_F) = n / |F|``. Needs ``n * (s + 1)`` even and ``s + 1 < n``. The graph is
     a seeded random regular graph (circulant start plus double-edge swaps). Sources: Raviv, Tamo, Tandon,
     Dimakis; Glasgow and Wootters, "Approximate Gradient Coding with Optimal Decoding" (2006.09638).
 
@@ -69,15 +69,15 @@ class Expander(Code):
 
 
 class Bernoulli(Code):
-    """Bernoulli code: ``B[i, j] ~ Bernoulli((s+1)/k)`` independently, coefficient 1, ``k = n``, seeded.
+    """Bernoulli code: ``B[i, j] ~ Bernoulli((s+1)/n_parts)`` independently, coefficient 1, ``n_parts = n``, seeded.
 
     Each partition is held by ``s + 1`` workers on average (possibly none). Optimal decoding is least squares;
-    one-step decoding scales every responder by ``k / sum(B_F)``. Source: Charles, Papailiopoulos, Ellenberg,
+    one-step decoding scales every responder by ``n_parts / sum(B_F)``. Source: Charles, Papailiopoulos, Ellenberg,
     "Approximate gradient coding via sparse random graphs" (1711.06771).
 
         >>> from gradcode import make_code
         >>> code = make_code("bernoulli", n=16, s=3, seed=0)
-        >>> round(float(code.B.sum()) / code.k, 1)      # about s + 1 workers per partition
+        >>> round(float(code.B.sum()) / code.n_parts, 1)      # about s + 1 workers per partition
         3.6
         >>> F = [0, 1, 2, 4, 5, 6, 8, 9, 11, 12, 14, 15]
         >>> bool(code.residual(F, "optimal") <= code.residual(F, "one_step"))
@@ -85,7 +85,7 @@ class Bernoulli(Code):
     """
 
     name = "bernoulli"
-    description = "each worker takes each partition with probability (s+1)/k (approximate)"
+    description = "each worker takes each partition with probability (s+1)/n_parts (approximate)"
     exact = False
 
     def _build(self, rng: np.random.Generator) -> np.ndarray:
@@ -95,7 +95,7 @@ class Bernoulli(Code):
 class Stochastic(Code):
     """Stochastic gradient coding: each partition on ``s + 1`` distinct random workers, B = 1/((s+1)(1-p)).
 
-    ``k = n``; ``p`` is the probability that a worker straggles (``0 <= p < 1``). If each worker responds
+    ``n_parts = n``; ``p`` is the probability that a worker straggles (``0 <= p < 1``). If each worker responds
     independently with probability ``1 - p``, the plain sum of what arrives is unbiased:
     ``E[sum_{i in F} y_i] = sum_j (s+1)(1-p) g_j / ((s+1)(1-p)) = sum_j g_j``. So one-step decoding is all
     ones (the master just sums); optimal decoding is least squares. Source: Bitar, Wootters, El Rouayheb,
@@ -129,4 +129,4 @@ class Stochastic(Code):
         return np.ones(len(F))
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(n={self.n}, s={self.s}, k={self.k}, p={self.p}, seed={self.seed})"
+        return f"{type(self).__name__}(n={self.n}, s={self.s}, n_parts={self.n_parts}, p={self.p}, seed={self.seed})"

@@ -1,4 +1,4 @@
-"""Repetition codes: every worker sends the plain sum of the partitions it holds (``B`` is 0/1, ``k = n``).
+"""Repetition codes: every worker sends the plain sum of its partitions (``B`` is 0/1, ``n_parts = n``).
 
 Uncoded (the identity), fractional repetition (groups of ``s + 1`` workers hold the same ``s + 1`` partitions,
 Tandon et al., ICML 2017) and ErasureHead (the same layout, stopped early: an approximate code). The group layout
@@ -58,7 +58,7 @@ class FractionalRepetition(Code):
     Needs ``(s + 1) | n``. Workers form ``n / (s + 1)`` groups of ``s + 1`` consecutive workers; every member
     of group ``g`` holds partitions ``g(s+1), ..., g(s+1) + s`` with coefficient 1:
 
-        B[i, j] = 1  if  floor(i / (s+1)) == floor(j / (s+1))  else 0,      k = n.
+        B[i, j] = 1  if  floor(i / (s+1)) == floor(j / (s+1))  else 0,      n_parts = n.
 
     Decode (no linear algebra): from each group take its lowest-indexed responder with weight 1 (all members
     send the same message, so which one is immaterial; this choice makes the weights a function of the set).
@@ -137,7 +137,7 @@ class FractionalRepetition(Code):
 class ErasureHead(FractionalRepetition):
     """ErasureHead: the fractional-repetition layout, decoded by summing one message per covered group.
 
-    Needs ``(s+1) | n``; ``k = n``. Workers ``g(s+1) .. g(s+1)+s`` form group ``g`` and all send
+    Needs ``(s+1) | n``; ``n_parts = n``. Workers ``g(s+1) .. g(s+1)+s`` form group ``g`` and all send
     ``sum_{j = g(s+1)}^{g(s+1)+s} g_j``. The master stops early (a deadline or a count, decided by the scheme)
     and sums the first responder of every covered group with weight 1; uncovered groups are simply missing
     (biased, a small noise floor). This is also the optimal decoder for the layout: a group's partitions
@@ -149,7 +149,7 @@ class ErasureHead(FractionalRepetition):
         >>> code = make_code("erasurehead", n=6, s=1)
         >>> code.decode([1, 2, 3], "one_step").tolist()      # groups {0,1}, {2,3} covered, {4,5} missing
         [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]
-        >>> round(code.residual([1, 2, 3]) ** 2 * code.k, 6)  # two partitions missing
+        >>> round(code.residual([1, 2, 3]) ** 2 * code.n_parts, 6)  # two partitions missing
         2.0
     """
 

@@ -105,7 +105,7 @@ class DelayModel:
 
     def _atoms(self) -> tuple[np.ndarray, np.ndarray]:
         """``(values, weights)`` of the unit time: exact for discrete models, else the midpoint quantiles
-        ``ppf((j + 1/2)/N)`` with weights ``1/N``."""
+        ``ppf((j + 1/2)/G)`` with weights ``1/G`` (``G = _GRID`` points)."""
         u = (np.arange(_GRID) + 0.5) / _GRID
         return np.asarray(self._ppf(u), dtype=float), np.full(_GRID, 1.0 / _GRID)
 

@@ -31,13 +31,13 @@ def harmonic_diff(n: int, k: int) -> float:
     return float(np.sum(1.0 / np.arange(n - k + 1, n + 1, dtype=float)))
 
 
-def binom_cdf(m: np.ndarray, N: int, S: np.ndarray) -> np.ndarray:
-    """``binom.cdf(m, N, 1 - S)`` from the survival probability ``S`` (precise when ``S`` is tiny):
-    ``P(Bin(N, p) <= m) = I_S(N - m, m + 1)``."""
+def binom_cdf(m: np.ndarray, n: int, S: np.ndarray) -> np.ndarray:
+    """``binom.cdf(m, n, 1 - S)`` from the survival probability ``S`` (precise when ``S`` is tiny):
+    ``P(Bin(n, p) <= m) = I_S(n - m, m + 1)``."""
     m, S = np.broadcast_arrays(np.asarray(m), np.asarray(S, dtype=float))
-    out = np.where(m >= N, 1.0, 0.0)
-    ok = (m >= 0) & (m < N)
-    out[ok] = scipy.special.betainc(N - m[ok], m[ok] + 1, np.clip(S[ok], 0.0, 1.0))
+    out = np.where(m >= n, 1.0, 0.0)
+    ok = (m >= 0) & (m < n)
+    out[ok] = scipy.special.betainc(n - m[ok], m[ok] + 1, np.clip(S[ok], 0.0, 1.0))
     return out
 
 

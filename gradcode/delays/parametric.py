@@ -185,8 +185,8 @@ class LognormalDelay(DelayModel):
     The spread of ``X`` is given either as its standard deviation ``sd`` (default 1, so ``sigma^2 = ln 2``) or
     directly as the log-scale ``sigma``. The noise DropCompute's code injects is described as "a lognormal of mean
     1 (sigma = 1)" (``docs/references.md#delay-models``); DropCompute's table of speedups
-    (``docs/references.md#dropcompute``) is reproduced by ``sd = 1`` (e.g. 1.21 at N = 200 for the official timer
-    checks, reference 1.20), not by a log-scale ``sigma = 1`` (1.28), so ``sd = 1`` is the default [derived].
+    (``docs/references.md#dropcompute``) is reproduced by ``sd = 1`` (e.g. 1.21 at n = 200 workers for the official
+    timer checks, reference 1.20), not by a log-scale ``sigma = 1`` (1.28), so ``sd = 1`` is the default [derived].
     Defaults ``base=1, scale=0.5, sd=1``.
 
     >>> round(make_delay("lognormal").mean(), 6)

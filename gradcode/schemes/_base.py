@@ -32,7 +32,7 @@ from ..errors import ConfigError, check_int
 class Plan:
     """What every worker computes in one iteration.
 
-    ``parts[i]`` are the data partitions worker ``i`` computes, out of ``k_parts`` partitions of the data, each on a
+    ``parts[i]`` are the data partitions worker ``i`` computes, out of ``n_parts`` partitions of the data, each on a
     mini-batch of ``batch`` samples (``None``: the whole partition). ``load[i]`` is worker ``i``'s computation in
     units of the delay model (one unit = one partition's mini-batch at the run's reference batch size).
     ``micro_batches`` > 0 marks a decentralized plan: worker ``i`` computes the chunks ``parts[i]`` in order, one
@@ -41,7 +41,7 @@ class Plan:
 
     t: int
     parts: tuple[tuple[int, ...], ...]
-    k_parts: int
+    n_parts: int
     load: np.ndarray
     batch: int | None = None
     micro_batches: int = 0
@@ -66,9 +66,9 @@ class Scheme:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     # --- what the spec, the report and the plots need to know about a scheme: class attributes, never name checks -
-    #: ``[run] batch`` (the spec-wide mini-batch size) is passed as this scheme's ``batch``; False where ``batch``
-    #: means something else (adaptive_k_load: the largest per-worker batch).
-    takes_run_batch: ClassVar[bool] = True
+    #: Why a parameter this scheme does not take is refused, by name (a name that means something else here):
+    #: added to the unknown-parameter error.
+    param_hints: ClassVar[dict[str, str]] = {}
     #: The reference of the report's speedups (sync): a speedup is its time divided by another scheme's.
     baseline: ClassVar[bool] = False
     #: Record fields this scheme changes during a run (``"k"``, ``"load"``, ``"tau"``): ``adaptive.png`` draws them.
@@ -116,7 +116,7 @@ class Scheme:
     # --- 1. plan --------------------------------------------------------------------------------------------
     def plan(self, t: int) -> Plan:
         """One partition per worker, load 1: the plan of every uncoded master scheme."""
-        return Plan(t=t, parts=self._own_parts, k_parts=self.n, load=self._unit_load, batch=self.batch)
+        return Plan(t=t, parts=self._own_parts, n_parts=self.n, load=self._unit_load, batch=self.batch)
 
     @cached_property
     def _own_parts(self) -> tuple[tuple[int, ...], ...]:
@@ -135,7 +135,7 @@ class Scheme:
         return np.asarray(partials).sum(axis=0)
 
     def messages(self, partials: np.ndarray, responders, plan: Plan) -> np.ndarray:
-        """The messages of ``responders`` from the ``(k_parts, d)`` partial gradients of every partition, as a
+        """The messages of ``responders`` from the ``(n_parts, d)`` partial gradients of every partition, as a
         ``(len(responders), d)`` array (what the simulator, which computes each partition once, needs)."""
         return np.stack([self.message(int(i), partials[list(plan.parts[i])], plan) for i in responders])
 

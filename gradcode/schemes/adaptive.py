@@ -102,21 +102,23 @@ class AdaptiveKLoad(_Averaging):
 
     Stages ``B_1 < B_2 < ...`` of effective batch; in stage ``s`` the pair ``(k, b)`` with ``k*b >= B_s`` that
     minimises the expected iteration time ``E[T_(k:n)]`` at load ``b`` (from the delay model's order statistics) is
-    used; the stationarity test moves to the next stage. ``batch`` is the largest per-worker batch (the load unit of
-    the delay model is one partition at ``batch`` samples, so a worker computing ``b`` samples has load ``b/batch``).
-    Default stages: ``n*batch/16, n*batch/8, ..., n*batch``.
+    used; the stationarity test moves to the next stage. ``max_batch`` is the largest per-worker batch (the load unit
+    of the delay model is one partition at ``max_batch`` samples, so a worker computing a mini-batch of ``b`` samples
+    has load ``b/max_batch``); the record's ``batch`` is the current ``b``. Default stages: ``n*max_batch/16,
+    n*max_batch/8, ..., n*max_batch``.
     """
 
     name = "adaptive_k_load"
     description = "adapts k and the per-worker batch together, staged by effective batch k*b"
-    takes_run_batch = False   # its batch is the largest per-worker batch, not [run] batch
+    param_hints = {"batch": "adaptive_k_load chooses the mini-batch itself; its largest per-worker batch is max_batch"}
     adapts = ("k", "load")
     timeline_rank = 3
 
-    def __init__(self, n: int, *, batch: int = 16, stages: list[int] | None = None, burn_in: int = 10,
+    def __init__(self, n: int, *, max_batch: int = 16, stages: list[int] | None = None, burn_in: int = 10,
                  threshold: float = 0.0, delay=None):
-        super().__init__(n, batch=check_int("batch", batch, low=1))
-        full = self.n * self.batch
+        super().__init__(n)
+        self.max_batch = check_int("max_batch", max_batch, low=1)
+        full = self.n * self.max_batch
         if stages is None:
             stages = sorted({max(1, full // 2**e) for e in range(4, -1, -1)})
         self.stages = [check_int("stages[]", x, low=1, high=full) for x in stages]
@@ -129,6 +131,11 @@ class AdaptiveKLoad(_Averaging):
             self.bind(delay=delay)
         self.reset()
 
+    @property
+    def samples_per_unit(self) -> int:
+        """One unit of load is one partition at ``max_batch`` samples."""
+        return self.max_batch
+
     def bind(self, *, delay=None) -> None:
         if delay is None:
             return
@@ -138,27 +145,27 @@ class AdaptiveKLoad(_Averaging):
         self._choices = {B: self._choose(B) for B in self.stages}
 
     def _choose(self, B: int) -> tuple[int, int]:
-        """``argmin_{k*b >= B} E[T_(k:n)](load b/batch)`` over per-worker batches ``b = 1..batch``."""
+        """``argmin_{k*b >= B} E[T_(k:n)](load b/max_batch)`` over per-worker batches ``b = 1..max_batch``."""
         best = None
-        for b in range(1, self.batch + 1):
+        for b in range(1, self.max_batch + 1):
             k = math.ceil(B / b)
             if k > self.n:
                 continue
-            cost = self.delay.expected_order_statistic(k, self.n, load=b / self.batch)
+            cost = self.delay.expected_order_statistic(k, self.n, load=b / self.max_batch)
             if best is None or cost < best[0] - 1e-12:
                 best = (cost, k, b)
-        assert best is not None  # b = batch always gives k <= n since B <= n * batch
+        assert best is not None  # b = max_batch always gives k <= n since B <= n * max_batch
         return best[1], best[2]
 
     def _initial_state(self) -> AdaptiveKLoadState:
-        k, b = self._choices.get(self.stages[0], (self.n, self.batch))
+        k, b = self._choices.get(self.stages[0], (self.n, self.max_batch))
         return AdaptiveKLoadState(stage=0, k=k, b=b)
 
     def plan(self, t: int) -> Plan:
         if self.delay is None:
             raise ConfigError("adaptive_k_load needs the delay model to choose (k, b): pass delay=... or bind() it")
-        load = np.full(self.n, self.state.b / self.batch)
-        return Plan(t=t, parts=self._own_parts, k_parts=self.n, load=load, batch=self.state.b)
+        load = np.full(self.n, self.state.b / self.max_batch)
+        return Plan(t=t, parts=self._own_parts, n_parts=self.n, load=load, batch=self.state.b)
 
     def stop_count(self) -> int:
         return self.state.k

@@ -8,8 +8,9 @@ Worker ``i`` computes the partitions in ``code.support(i)`` and sends ``y_i = su
 - an approximate code stops at ``wait`` responders (default ``n - s``) or at ``deadline`` after the start.
 
 The combine decodes with the code's decoder (cached per responder set) and reports the residual
-``||B_F^T a - 1|| / sqrt(k)`` in the record. A decode never returns a wrong gradient silently: with ``method='auto'``
-an ill-conditioned or incomplete set falls back to optimal weights and the record says ``method = 'optimal'``.
+``||B_F^T a - 1|| / sqrt(n_parts)`` in the record. A decode never returns a wrong gradient silently: with
+``method='auto'`` an ill-conditioned or incomplete set falls back to optimal weights and the record says
+``method = 'optimal'``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Coded(Scheme):
         return self.code.exact and self.method != "one_step" and self.method != "optimal"
 
     def plan(self, t: int) -> Plan:
-        return Plan(t=t, parts=self._plan_parts, k_parts=self.code.k, load=self._plan_load, batch=self.batch,
+        return Plan(t=t, parts=self._plan_parts, n_parts=self.code.n_parts, load=self._plan_load, batch=self.batch,
                     deadline=self.deadline)
 
     def message(self, i: int, partials, plan: Plan) -> np.ndarray:

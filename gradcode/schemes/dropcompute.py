@@ -9,7 +9,7 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``before_microbatch``: only before each micro-batch;
 - ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain).
 
-The summed gradient is divided by ``N*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
+The summed gradient is divided by ``n*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
 by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work
 of the delay model (default 1; with ``micro_load = 1/M`` a full step costs what one unit costs a master scheme's
 worker, which makes comparisons with fastest-k or codes at the same per-worker work fair).
@@ -63,9 +63,9 @@ def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_s
 
 def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share: float, candidates: int,
                rule: str) -> float:
-    """The throughput-maximising ``tau`` from recorded micro-batch times ``micro`` (steps, N, M) and per-worker
-    communication ``comm`` (steps, N)."""
-    steps, N, M = micro.shape
+    """The throughput-maximising ``tau`` from recorded micro-batch times ``micro`` (steps, n, M) and per-worker
+    communication ``comm`` (steps, n)."""
+    steps, n, M = micro.shape
     end = np.cumsum(micro, axis=-1)
     old = np.mean(np.max(end[..., -1] + comm, axis=1))
     grid = np.linspace(end.min(), end.max(), candidates)
@@ -77,7 +77,7 @@ def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share
         else:
             done, new_times = local_stop(micro, tau, check, forward_share)
         new = np.mean(np.max(new_times + comm, axis=1))
-        gain = done.sum() / (steps * N * M) * old / new if new > 0 else 0.0
+        gain = done.sum() / (steps * n * M) * old / new if new > 0 else 0.0
         if gain > best_gain:
             best_tau, best_gain = float(tau), gain
     return best_tau
@@ -86,7 +86,7 @@ def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share
 @dataclass
 class DropComputeState:
     tau: float
-    recorded: list = field(default_factory=list)   # (micro (N, M), comm (N,)) of the recording window
+    recorded: list = field(default_factory=list)   # (micro (n, M), comm (n,)) of the recording window
 
 
 class DropCompute(DecentralizedScheme):
@@ -130,7 +130,7 @@ class DropCompute(DecentralizedScheme):
         return float("inf") if t < self.warmup else self.state.tau
 
     def plan(self, t: int) -> Plan:
-        return Plan(t=t, parts=self._parts, k_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
+        return Plan(t=t, parts=self._parts, n_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
                     batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
 
     @property
@@ -158,8 +158,8 @@ class DropCompute(DecentralizedScheme):
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The update direction from the All-Reduced gradient sum of ``parts`` micro-batches: ``'total'``, the sum as
-        is (a dropped micro-batch counts as a zero gradient); ``'computed'``, rescaled by ``N*M / parts``."""
-        scale = 1.0 if self.normalize == "total" else (plan.k_parts / parts if parts else 0.0)
+        is (a dropped micro-batch counts as a zero gradient); ``'computed'``, rescaled by ``n*M / parts``."""
+        scale = 1.0 if self.normalize == "total" else (plan.n_parts / parts if parts else 0.0)
         return Combined(np.asarray(total) * scale, method=self.normalize)
 
     def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """Waiting for fewer workers, without coding: synchronous SGD, fastest-k, backup workers.
 
-Each of the ``n`` workers computes one partition of the data (``k_parts = n``) and sends the plain sum of its
+Each of the ``n`` workers computes one partition of the data (``n_parts = n``) and sends the plain sum of its
 partial gradient. The master averages what it waits for, rescaled to the full gradient:
 ``g_hat = (n / m) * sum_{i in F} g_i`` for ``m = |F|`` responders (``docs/references.md#uncoded-schemes``).
 """
@@ -22,8 +22,8 @@ class _Averaging(Scheme):
         return partials[np.asarray(responders)]   # worker i holds partition i alone
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
-        """The estimate from the plain sum of ``parts`` responders' messages: ``(k_parts / parts) * total``."""
-        return Combined(total * (plan.k_parts / parts), method="average")
+        """The estimate from the plain sum of ``parts`` responders' messages: ``(n_parts / parts) * total``."""
+        return Combined(total * (plan.n_parts / parts), method="average")
 
 
 class Sync(_Averaging):
@@ -66,31 +66,33 @@ class FastestK(_Averaging):
 
 
 class Backup(_Averaging):
-    """Backup workers (Chen et al., "Revisiting Distributed Synchronous SGD") [paper]: ``N + b`` workers, update as
-    soon as ``N`` gradients computed at the *current* step arrived; gradients of older steps are dropped by their
-    iteration tag (the cluster never delivers them here), the update averages over ``N``.
+    """Backup workers (Chen et al., "Revisiting Distributed Synchronous SGD") [paper]: ``n = k + b`` workers, update
+    as soon as ``k`` gradients computed at the *current* step arrived; gradients of older steps are dropped by their
+    iteration tag (the cluster never delivers them here), the update averages over ``k``.
 
-    ``n`` must equal ``N + b``; give any two of ``n``, ``N``, ``b``.
+    ``k`` is the number of fresh gradients awaited (the paper's ``N``), ``b`` the number of backups; give ``b`` or
+    ``k`` (or both, with ``k + b = n``).
     """
 
     name = "backup"
-    description = "N + b workers, update with the first N fresh gradients (stale ones dropped by tag)"
+    description = "k + b workers, update with the first k fresh gradients (stale ones dropped by tag)"
     timeline_rank = 4
+    param_hints = {"N": "the paper's N (fresh gradients awaited) is k here, k = n - b"}
 
-    def __init__(self, n: int, *, b: int | None = None, N: int | None = None, batch: int | None = None):
+    def __init__(self, n: int, *, b: int | None = None, k: int | None = None, batch: int | None = None):
         super().__init__(n, batch=batch)
-        if b is None and N is None:
-            raise ConfigError("backup needs b, the number of backup workers (or N, the gradients to wait for)")
+        if b is None and k is None:
+            raise ConfigError("backup needs b, the number of backup workers (or k, the gradients to wait for)")
         if b is None:
-            b = self.n - check_int("N", N, low=1)
+            b = self.n - check_k(k, self.n)
         self.b = check_int("b", b, low=0, high=self.n - 1)
-        self.N = self.n - self.b
-        if N is not None and check_int("N", N) != self.N:
-            raise ConfigError(f"backup: n = N + b must hold, got n = {self.n}, N = {N}, b = {self.b}")
+        self.k = self.n - self.b
+        if k is not None and check_int("k", k) != self.k:
+            raise ConfigError(f"backup: n = k + b must hold, got n = {self.n}, k = {k}, b = {self.b}")
         self.reset()
 
     def stop_count(self) -> int:
-        return self.N
+        return self.k
 
     def record(self) -> dict:
-        return {"k": self.N, "b": self.b}
+        return {"k": self.k, "b": self.b}
