@@ -103,6 +103,7 @@ def _describe(args) -> int:
 
 
 def _simulate(args) -> int:
+    from .cluster import RecordWriter, write_summary
     from .outdir import FolderLock, writable_folder
     from .sim import simulate
     from .spec import build, load_spec, run_kwargs
@@ -120,10 +121,13 @@ def _simulate(args) -> int:
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
     kwargs = run_kwargs(spec)
-    with FolderLock(writable_folder(args.out)):     # checked before the simulation, not after it
-        result = simulate(schemes[0], delay, workload, progress=True, **kwargs)
-        out = result.write(args.out)
+    out = writable_folder(args.out)     # checked before the simulation, not after it
+    with FolderLock(out):
         (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")
+        # records reach the disk as they are made: Ctrl-C keeps the finished iterations
+        with RecordWriter(out / "records.jsonl") as writer:
+            result = simulate(schemes[0], delay, workload, progress=True, on_record=writer.write, **kwargs)
+        write_summary(out, result.summary)
     _print_summary(result.summary)
     print(f"\nwrote {Path(out) / 'records.jsonl'} and {Path(out) / 'summary.json'}")
     return 0

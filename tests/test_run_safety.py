@@ -360,8 +360,10 @@ def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
 
 # --- Ctrl-C ---------------------------------------------------------------------------------------------------
 def _interrupt(args: list, out: Path, *, group: bool) -> subprocess.CompletedProcess:
+    # SIG_DFL: a test run in the background would otherwise hand down an ignored SIGINT
     proc = subprocess.Popen([sys.executable, "-m", "gradcode", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=ENV, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     end = time.monotonic() + 60
     while time.monotonic() < end and not [p for p in out.glob("**/records.jsonl") if p.stat().st_size > 0]:
         time.sleep(0.2)
@@ -372,20 +374,21 @@ def _interrupt(args: list, out: Path, *, group: bool) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-@pytest.mark.parametrize("cluster", ["sim", "mpi"])
-def test_ctrl_c_is_one_line_exit_130_and_keeps_records(tmp_path, cluster):
+@pytest.mark.parametrize("command, cluster", [("compare", "sim"), ("compare", "mpi"), ("simulate", "sim")])
+def test_ctrl_c_is_one_line_exit_130_and_keeps_records(tmp_path, command, cluster):
     import tomli_w
 
-    long = spec(iterations=20000 if cluster == "sim" else 400, seeds=[0], **MPI_RUN)
+    long = spec(iterations=20000 if cluster == "sim" else 400, **MPI_RUN)
     long["cluster"]["kind"] = cluster
     long["schemes"] = [{"name": "sync"}]
+    del long["run"]["seeds"]
     path = tmp_path / "long.toml"
     path.write_text(tomli_w.dumps(long))
     out = tmp_path / "out"
-    proc = _interrupt(["compare", path, "--out", out], out, group=True)
+    proc = _interrupt([command, path, "--out", out], out, group=True)
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr
-    assert proc.stderr.rstrip().splitlines()[-1] == "gradcode compare: interrupted"
-    (run,) = (out / "runs").iterdir()
+    assert proc.stderr.rstrip().splitlines()[-1] == f"gradcode {command}: interrupted"
+    run = next((out / "runs").iterdir()) if command == "compare" else out
     assert len((run / "records.jsonl").read_text().splitlines()) > 0 and not (run / COMPLETE).exists()
     assert _wait_dead(_processes(str(out)), 10) == []
