@@ -333,7 +333,7 @@ def test_failed_mpi_runs_are_printed_with_their_reason(tmp_path, monkeypatch):
 def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
     import tomli_w
 
-    mpi = spec(iterations=200, seeds=[0], time_scale=0.05, grace=2.0)
+    mpi = spec(iterations=60, seeds=[0], time_scale=0.05, grace=2.0)
     mpi["cluster"]["kind"] = "mpi"
     mpi["schemes"] = [{"name": "sync"}]
     path = tmp_path / "mpi.toml"
@@ -355,7 +355,7 @@ def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
     done = _cli("compare", path, "--out", out, timeout=120)   # at once: nothing left to race with
     assert done.returncode == 0, done.stderr
     assert [r["status"] for r in _rows(out)] == ["complete"]
-    assert len((records[0]).read_text().splitlines()) == 200
+    assert len(records[0].read_text().splitlines()) == 60
 
 
 # --- Ctrl-C ---------------------------------------------------------------------------------------------------
