@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job: the default experiment (every scheme, heavy-tailed delays and the ByteDance trace, MPI + simulator),
-# its results, report.md and plots in results/default.
+# its results, report.md and plots in results/default (--replace: results of an older default spec are replaced;
+# with the same spec it resumes).
 demo: $(STAMP)
-	$(BIN)/gradcode compare --out results/default
+	$(BIN)/gradcode compare --out results/default --replace
 
 test: $(STAMP)
 	$(BIN)/ruff check .

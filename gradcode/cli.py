@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", help="output folder (default: results/<spec name>)")
     cmp_.add_argument("--quick", action="store_true", help="a reduced run: fewer iterations and seeds (CI)")
     cmp_.add_argument("--cluster", choices=["sim", "mpi", "both"], help="override [cluster] kind")
+    cmp_.add_argument("--replace", action="store_true",
+                      help="--out holds another experiment (a different spec): delete its results and run this one "
+                           "there (without it, that is an error: a folder holds one experiment)")
     run = sub.add_parser("run", help="run one scheme of a spec on an MPI cluster (builds and runs mpiexec)")
     run.add_argument("spec", help="experiment spec (TOML)")
     run.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
@@ -56,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     except GradcodeError as err:
         print(f"gradcode {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, the shell's exit code for SIGINT; records written so far stay (flushed per iteration)
+        print(f"\ngradcode {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # output piped into `head` and closed early: not an error (see the Python docs on SIGPIPE)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -96,6 +103,8 @@ def _describe(args) -> int:
 
 
 def _simulate(args) -> int:
+    from .cluster import RecordWriter, write_summary
+    from .outdir import FolderLock, writable_folder
     from .sim import simulate
     from .spec import build, load_spec, run_kwargs
 
@@ -112,9 +121,13 @@ def _simulate(args) -> int:
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
     kwargs = run_kwargs(spec)
-    result = simulate(schemes[0], delay, workload, progress=True, **kwargs)
-    out = result.write(args.out)
-    (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")
+    out = writable_folder(args.out)     # checked before the simulation, not after it
+    with FolderLock(out):
+        (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")
+        # records reach the disk as they are made: Ctrl-C keeps the finished iterations
+        with RecordWriter(out / "records.jsonl") as writer:
+            result = simulate(schemes[0], delay, workload, progress=True, on_record=writer.write, **kwargs)
+        write_summary(out, result.summary)
     _print_summary(result.summary)
     print(f"\nwrote {Path(out) / 'records.jsonl'} and {Path(out) / 'summary.json'}")
     return 0

@@ -13,9 +13,15 @@ single-run spec, which is written into the run's folder ``OUT/runs/<run id>/`` t
   message size), nothing measured;
 - ``records.jsonl``: one JSON line per iteration, flushed as soon as the iteration ends (``simulate(on_record=)``;
   the MPI cluster writes its own);
-- ``COMPLETE``: written last, naming the number of records and a hash of the run's spec. A run whose folder holds
-  a ``COMPLETE`` marker matching its spec is never redone, so an interrupted comparison resumes where it stopped;
-  any other run is redone from scratch.
+- ``COMPLETE``: written last, naming the number of records and the run's fingerprint (:mod:`gradcode.fingerprint`:
+  its spec and every input it reads: trace files, user modules, the gradcode version). A run whose folder holds a
+  ``COMPLETE`` marker with its fingerprint and as many whole records as the marker says is never redone, so an
+  interrupted comparison resumes where it stopped; any other run (changed inputs, damaged records) is redone from
+  scratch.
+
+A results folder holds one experiment (:func:`claim`: a different spec is an error unless ``replace``), is checked
+writable before any work (:func:`gradcode.outdir.writable_folder`), and every folder is locked by its writer
+(:class:`gradcode.outdir.FolderLock`). Child processes die with their parent (:mod:`gradcode.children`).
 
 The simulated cluster runs in-process. The MPI cluster runs as ``python -m gradcode run spec.toml --out FOLDER``
 (a subprocess per run, owned by ``mpi_runtime``, with the experiment spec's folder on its ``PYTHONPATH`` so that
@@ -27,7 +33,6 @@ the experiment's notes say so and the report repeats it. The harness never aggre
 
 from __future__ import annotations
 
-import hashlib
 import importlib.resources
 import importlib.util
 import json
@@ -42,7 +47,10 @@ from typing import Any
 
 import tomli_w
 
+from .children import run_child
 from .errors import ConfigError, GradcodeError
+from .fingerprint import fingerprint
+from .outdir import LOCK_NAME, FolderLock, writable_folder
 from .registry import pythonpath
 from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs
 
@@ -57,7 +65,8 @@ class HarnessError(GradcodeError):
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One run: its folder name, its single-run spec and the metadata the report needs."""
+    """One run: its folder name, its single-run spec and the metadata the report needs (``meta["fingerprint"]``:
+    the spec and every input it reads, :mod:`gradcode.fingerprint`)."""
 
     run_id: str
     spec: dict[str, Any]
@@ -68,7 +77,7 @@ class RunPlan:
         return self.meta["cluster"]
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode()).hexdigest()[:16]
+        return self.meta["fingerprint"]
 
 
 @dataclass
@@ -153,7 +162,21 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
     units = _units(spec)
     runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick, units[si])
             for c in clusters for di in delays for si in range(len(spec.schemes)) for seed in seeds]
+    _check_mpi(next((r for r in runs if r.cluster == "mpi"), None))
     return Experiment(name=name, spec=spec, clusters=clusters, runs=runs, notes=notes, quick=quick)
+
+
+def _check_mpi(run: RunPlan | None) -> None:
+    """The MPI cluster's own rules (``mpi_runtime.config.load_run``: a workload, ``time_scale``, ``grace``, ...),
+    checked on one MPI run before any run starts: they are the same for every run of the experiment."""
+    if run is None:
+        return
+    from mpi_runtime.config import load_run
+
+    try:
+        load_run(run.spec)
+    except ConfigError as err:
+        raise ConfigError(f"the MPI runs of this experiment: {err}") from None
 
 
 def _build_under(spec: Spec, delay_index: int, label: str) -> None:
@@ -188,7 +211,7 @@ def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: l
     meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
             "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,
             "workers": spec.workers, "target_loss": run.get("target_loss"), "time_scale": run.get("time_scale"),
-            **units}
+            **units, "fingerprint": fingerprint(single)}
     return RunPlan(run_id=run_id, spec=single, meta=meta)
 
 
@@ -224,30 +247,38 @@ def mpi_status() -> tuple[bool, str]:
 
 # --- running --------------------------------------------------------------------------------------------------
 def is_complete(folder: Path, run: RunPlan) -> bool:
-    """A finished run: its ``COMPLETE`` marker exists and names this run's spec."""
-    marker = folder / COMPLETE
-    if not marker.is_file():
-        return False
-    try:
-        return json.loads(marker.read_text()).get("spec") == run.digest()
-    except (json.JSONDecodeError, AttributeError):
-        return False
+    """A finished run: its ``COMPLETE`` marker names this run's fingerprint and its records are whole and as many
+    as the marker says (a damaged run, e.g. written by two processes at once, is redone)."""
+    from .report import marker, run_problem
+
+    return (marker(folder) or {}).get("fingerprint") == run.digest() and run_problem(folder)[1] is None
 
 
 def execute(run: RunPlan, runs_dir: Path) -> bool:
-    """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there; ``True`` if it ran now."""
+    """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there; ``True`` if it ran now.
+
+    The folder is locked for the whole run (:class:`gradcode.outdir.FolderLock`): a second process that would
+    write it at the same time (a resume racing a run still going) gets an error naming the pid instead.
+    """
     folder = runs_dir / run.run_id
-    if is_complete(folder, run):
-        return False
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    (folder / "spec.json").write_text(json.dumps(run.spec, indent=2) + "\n")
-    (folder / "spec.toml").write_text(tomli_w.dumps(run.spec))
-    (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
-    count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder)
-    (folder / COMPLETE).write_text(json.dumps({"spec": run.digest(), "records": count}) + "\n")
+    with FolderLock(folder) as lock:
+        if is_complete(folder, run):
+            return False
+        _clear(folder)
+        (folder / "spec.json").write_text(json.dumps(run.spec, indent=2) + "\n")
+        (folder / "spec.toml").write_text(tomli_w.dumps(run.spec))
+        (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
+        count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder, lock)
+        (folder / COMPLETE).write_text(json.dumps({"fingerprint": run.digest(), "records": count}) + "\n")
     return True
+
+
+def _clear(folder: Path) -> None:
+    """Empty a run folder for a fresh run, keeping the lock file that this process holds."""
+    for path in folder.iterdir():
+        if path.name == LOCK_NAME:
+            continue
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _run_sim(run: RunPlan, folder: Path) -> int:
@@ -263,50 +294,124 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
     return len(result.records)
 
 
-def _run_mpi(run: RunPlan, folder: Path) -> int:
-    # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included
+def _run_mpi(run: RunPlan, folder: Path, lock: FolderLock) -> int:
+    # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included; it is started in its
+    # own process group with a parent-death signal (gradcode.children), and holds the folder's lock with us
     cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder),
            "--timeout", str(MPI_TIMEOUT)]
     # the run's spec lives in its results folder: user modules are found through the experiment spec's folder
-    env = {**os.environ, "PYTHONPATH": pythonpath()}
+    env = lock.child_env({**os.environ, "PYTHONPATH": pythonpath()})
     with open(folder / "mpi.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    if proc.returncode == 124:
+        code = run_child(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fd,))
+    if code == 124:
         raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s")
     records = folder / "records.jsonl"
-    if proc.returncode != 0 or not records.is_file():
-        raise HarnessError(f"{run.run_id}: `{' '.join(cmd)}` failed (exit {proc.returncode}); see "
-                           f"{folder / 'mpi.log'}")
+    if code != 0 or not records.is_file():
+        raise HarnessError(f"{run.run_id}: the MPI run failed (exit {code}): {failure_reason(folder / 'mpi.log')} "
+                           f"(full output: {folder / 'mpi.log'})")
     with open(records) as fh:
         return sum(1 for line in fh if line.strip())
 
 
+REASON_MARKERS = ("mpi_runtime: rank", "gradcode run: error:", "error:", "Error")
+
+
+def failure_reason(log: Path, lines: int = 3) -> str:
+    """Why an MPI run failed, from its log: the lines that name a rank or an error (the last one otherwise)."""
+    try:
+        text = [x.strip() for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        return "no output"
+    for marker_ in REASON_MARKERS:
+        found = [x for x in text if marker_ in x]
+        if found:
+            return "; ".join(dict.fromkeys(found[:lines]))
+    return text[-1] if text else "no output"
+
+
 def write_experiment(exp: Experiment, out: Path, source_text: str | None) -> None:
-    """``experiment.json`` (the run list, clusters and notes the report reads) and the spec as given."""
+    """``experiment.json`` (the run list with each run's fingerprint, clusters and notes the report reads) and the
+    spec as given."""
     out.mkdir(parents=True, exist_ok=True)
     if source_text is not None:
         (out / "experiment.toml").write_text(source_text)
     info = {"name": exp.name, "quick": exp.quick, "clusters": exp.clusters, "notes": exp.notes,
-            "runs": [r.run_id for r in exp.runs], "spec": exp.spec.raw}
+            "runs": [r.run_id for r in exp.runs], "fingerprints": {r.run_id: r.digest() for r in exp.runs},
+            "spec": exp.spec.raw}
     (out / "experiment.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
+RESULTS = ("summary.csv", "summary.json", "report.md", "plots", "experiment.json", "experiment.toml")
+
+
+def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
+    """Make ``out`` the folder of ``exp``: a folder holds one experiment. A folder holding another one (a different
+    spec, or run folders of an unknown one) is a :class:`ConfigError` unless ``replace``, which deletes its results
+    and the run folders the new experiment does not have (runs it shares with the same fingerprint stay: they are
+    exactly what it would compute)."""
+    other = _other_experiment(out, exp)
+    if other is None:
+        return
+    if not replace:
+        raise ConfigError(f"{out} holds another experiment ({other}); give another --out folder, or --replace to "
+                          "delete its results and run this experiment there")
+    keep = {r.run_id for r in exp.runs}
+    runs_dir = out / "runs"
+    for folder in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if folder.is_dir() and folder.name not in keep:
+            with FolderLock(folder):      # never delete what a live process is writing
+                shutil.rmtree(folder)
+    for name in RESULTS:
+        path = out / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _other_experiment(out: Path, exp: Experiment) -> str | None:
+    """What else ``out`` holds (``None``: nothing, or this same experiment)."""
+    path = out / "experiment.json"
+    if not path.exists():
+        return "run folders of an unknown experiment" if (out / "runs").is_dir() else None
+    try:
+        info = json.loads(path.read_text())
+        old = info["spec"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"an unreadable {path.name}"
+    new = json.loads(json.dumps(exp.spec.raw, default=str))
+    if old == new:
+        return None
+    tables = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)] if isinstance(old, dict) else []
+    return f"{info.get('name', '?')!r}, whose spec differs" + (f" in {', '.join(tables)}" if tables else "")
+
+
 def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,
-            cluster: str | None = None, progress: bool = True, mpi: tuple[bool, str] | None = None) -> Path:
-    """Run every run of an experiment that is not complete yet, then write the summary, report and plots."""
+            cluster: str | None = None, progress: bool = True, mpi: tuple[bool, str] | None = None,
+            replace: bool = False) -> Path:
+    """Run every run of an experiment that is not complete yet, then write the summary, report and plots.
+
+    Everything is checked before any run starts: the spec (MPI rules included), that ``out`` can be written and
+    holds no other experiment (``replace``: delete it, :func:`claim`), and that no other process writes it.
+    """
     from .report import build_report
 
     exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi)
-    out = Path(out)
+    out = writable_folder(out)
     text = None
     if source is None or isinstance(source, (str, Path)):
         text = (default_spec_path() if source is None else Path(source)).read_text()
-    write_experiment(exp, out, text)
-    failures = _execute_all(exp, out / "runs", progress)
-    if failures:
-        exp.notes += [f"run failed: {msg}" for msg in failures]
-        write_experiment(exp, out, None)
-    build_report(out)
+    with FolderLock(out):
+        claim(out, exp, replace)
+        write_experiment(exp, out, text)
+        failures = _execute_all(exp, out / "runs", progress)
+        if failures:
+            exp.notes += [f"run failed: {msg}" for msg in failures]
+            write_experiment(exp, out, None)
+        try:
+            build_report(out)
+        except ConfigError:
+            if not failures:
+                raise
+            raise HarnessError(f"every run failed; {len(failures)} failure(s):\n  "
+                               + "\n  ".join(failures)) from None
     return out
 
 
@@ -328,10 +433,10 @@ def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
 
 
 def compare_main(args) -> int:
-    """``gradcode compare [SPEC] [--out DIR] [--quick] [--cluster sim|mpi|both]``."""
+    """``gradcode compare [SPEC] [--out DIR] [--quick] [--cluster sim|mpi|both] [--replace]``."""
     name = Path(args.spec).stem if args.spec else "default"
     out = Path(args.out) if args.out else Path("results") / name
-    out = compare(args.spec, out, quick=args.quick, cluster=args.cluster)
+    out = compare(args.spec, out, quick=args.quick, cluster=args.cluster, replace=args.replace)
     info = json.loads((out / "experiment.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)

@@ -5,8 +5,10 @@ Design
 The report reads each run folder written by :mod:`gradcode.harness` (``run.json``: labels and unit constants;
 ``records.jsonl``: what the cluster measured; ``COMPLETE``: the run finished) and turns every run into one summary
 row with :func:`gradcode.cluster.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
-``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed) is
-reported with ``status = "partial"`` and is flagged wherever it appears; a truncated last line is dropped.
+``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed), or
+whose records do not match it (damaged), is reported with ``status = "partial"`` and flagged, with the reason,
+wherever it appears; an unparsable line is dropped. A run folder whose ``run.json`` fingerprint is not the one
+``experiment.json`` expects (left by another spec or other inputs, not redone yet) is left out.
 
 Row fields (one row per scheme, delay model, seed and cluster; times in the delay model's units on both clusters:
 the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
@@ -55,12 +57,13 @@ MPI_TOLERANCE = 0.10
 
 @dataclass
 class RunData:
-    """One run folder read back: its metadata, its records, and whether it finished."""
+    """One run folder read back: its metadata, its records, and whether it finished (``problem``: why not)."""
 
     meta: dict[str, Any]
     records: list[dict[str, Any]]
     complete: bool
     folder: Path
+    problem: str | None = None
 
 
 # --- reading --------------------------------------------------------------------------------------------------
@@ -79,28 +82,55 @@ def read_records(path: Path) -> tuple[list[dict], bool]:
     return records, whole
 
 
+def marker(run_dir: Path) -> dict[str, Any] | None:
+    """The ``COMPLETE`` marker of a run folder (``None``: missing or unreadable)."""
+    try:
+        value = json.loads((run_dir / "COMPLETE").read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def run_problem(run_dir: Path) -> tuple[list[dict], str | None]:
+    """A run folder's records and why it is not a finished run (``None``: it is)."""
+    records, whole = read_records(run_dir / "records.jsonl")
+    done = marker(run_dir)
+    if not (run_dir / "COMPLETE").exists():
+        return records, "no completion marker: interrupted or failed"
+    if done is None or not isinstance(done.get("records"), int):
+        return records, "its completion marker cannot be read"
+    if not whole:
+        return records, "records.jsonl holds an unparsable line (damaged)"
+    if done["records"] != len(records):
+        return records, f"its completion marker names {done['records']} records, records.jsonl holds {len(records)}"
+    return records, None
+
+
 def load_runs(folder: Path) -> list[RunData]:
-    """Every run of the experiment in ``folder`` that has records, in the experiment's order."""
+    """Every run of the experiment in ``folder`` that has records, in the experiment's order. A run folder written
+    for another spec or other inputs than the experiment's (its ``run.json`` fingerprint differs) is left out."""
     info = _experiment(folder)
     ids = info.get("runs") or sorted(p.parent.name for p in (folder / "runs").glob("*/run.json"))
+    expected = info.get("fingerprints") or {}
     runs = []
     for run_id in ids:
         run_dir = folder / "runs" / run_id
-        if not (run_dir / "run.json").is_file():
+        meta = _json(run_dir / "run.json")
+        if meta is None or (run_id in expected and meta.get("fingerprint") != expected[run_id]):
             continue
-        records, whole = read_records(run_dir / "records.jsonl")
+        records, problem = run_problem(run_dir)
         if not records:
             continue
-        runs.append(RunData(json.loads((run_dir / "run.json").read_text()), records,
-                            whole and _marker_count(run_dir) == len(records), run_dir))
+        runs.append(RunData(meta, records, problem is None, run_dir, problem))
     return runs
 
 
-def _marker_count(run_dir: Path) -> int | None:
+def _json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((run_dir / "COMPLETE").read_text()).get("records")
-    except (OSError, json.JSONDecodeError, AttributeError):
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
+    return value if isinstance(value, dict) else None
 
 
 def _experiment(folder: Path) -> dict[str, Any]:
@@ -292,10 +322,9 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
             f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Times are in units of the delay"
             " model on both clusters (MPI: wall-clock seconds / time_scale).", ""]
     notes = list(info.get("notes", []))
-    partial = [r["run_id"] for r in rows if r["status"] != "complete"]
+    partial = [f"{r.meta['run_id']} ({r.problem})" for r in runs if not r.complete]
     if partial:
-        notes.append(f"{len(partial)} run(s) are PARTIAL (no completion marker; reported from the records so far): "
-                     + ", ".join(partial))
+        notes.append(f"{len(partial)} run(s) are PARTIAL (reported from the records so far): " + "; ".join(partial))
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds; `(j/m)`: only j of "
@@ -318,9 +347,11 @@ def _definitions() -> str:
 def build_report(folder: str | Path) -> Path:
     """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` of ``folder`` from its records."""
     from . import plots
+    from .outdir import writable_folder
 
     folder = Path(folder)
     info = _experiment(folder)
+    writable_folder(folder, "results folder")
     runs = load_runs(folder)
     if not runs:
         raise ConfigError(f"{folder}: no run has any records yet")

@@ -15,12 +15,15 @@ command line.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 from mpi4py import MPI
 
+from gradcode.children import die_with_parent
 from gradcode.errors import ConfigError
 
 from .config import load_run
@@ -71,6 +74,9 @@ def run(argv: list[str] | None = None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # a rank whose launcher (MPICH's proxy) is killed ends too, instead of running on as an orphan that keeps
+    # writing the run folder (gradcode.children)
+    die_with_parent(signal.SIGTERM, os.getppid())
     rank = MPI.COMM_WORLD.Get_rank()
     try:
         hung = run(argv)

@@ -35,7 +35,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gradcode.children import run_child
 from gradcode.errors import ConfigError
+from gradcode.outdir import FolderLock, writable_folder
 from gradcode.registry import pythonpath
 
 from .config import load_run
@@ -109,9 +111,18 @@ def prepare(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str | Non
 def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: int | None = None,
            seed: int | None = None, hostfile: str | None = None, mpiexec: str | None = None,
            timeout: float | None = None, echo=print) -> int:
-    """Validate the spec (a :class:`ConfigError` before anything starts), then run the job; its exit code."""
+    """Validate the spec and ``out`` (a :class:`ConfigError` before anything starts), then run the job, holding the
+    lock on ``out`` (:class:`gradcode.outdir.FolderLock`; ``mpiexec`` holds it too, and dies with this process:
+    :mod:`gradcode.children`); its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
+    with FolderLock(writable_folder(out)) as lock:
+        return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
+                       mpiexec=mpiexec, timeout=timeout, echo=echo)
+
+
+def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, hostfile: str | None,
+            mpiexec: str | None, timeout: float | None, echo) -> int:
     extra = ["--scheme", str(scheme)]
     for key, value in overrides.items():
         extra += [f"--{key}", str(value)]
@@ -120,7 +131,7 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
-        return subprocess.run(cmd, env=env, timeout=timeout).returncode
+        return run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout)
     except subprocess.TimeoutExpired:
         echo(f"# the job did not finish within {timeout:g} s and was killed")
         return 124

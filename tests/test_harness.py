@@ -236,13 +236,15 @@ def test_deleted_marker_means_rerun(reference, tmp_path):
     assert _files(out) == _files(reference)
 
 
-def test_changed_spec_reruns_only_what_changed(reference, tmp_path):
+def test_changed_spec_needs_replace_then_reruns_what_changed(reference, tmp_path):
     import shutil
 
     out = tmp_path / "changed"
     shutil.copytree(reference, out)
     spec = small(run__iterations=6)
-    compare(spec, out, progress=False, mpi=NO_MPI)
+    with pytest.raises(ConfigError, match=r"holds another experiment.*differs in run.*--replace"):
+        compare(spec, out, progress=False, mpi=NO_MPI)
+    compare(spec, out, progress=False, mpi=NO_MPI, replace=True)
     rows = json.loads((out / "summary.json").read_text())
     assert all(r["iterations"] <= 6 for r in rows)
 

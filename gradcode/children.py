@@ -1,0 +1,96 @@
+"""Child processes that die with their parent (``gradcode compare`` -> ``gradcode run`` -> ``mpiexec`` -> ranks).
+
+A parent killed with ``SIGKILL`` cannot clean up, so the child side must notice: every child is started in its own
+process group (a terminal's Ctrl-C reaches only the parent, which then stops the whole group itself, see
+:func:`run_child`) and with a parent-death signal (Linux ``prctl(PR_SET_PDEATHSIG)``): when its parent dies, the
+kernel sends it ``SIGTERM``. Down the chain, MPICH's proxies end their ranks when ``mpiexec`` dies, and every rank
+asks for the same signal when its proxy dies (:func:`die_with_parent`), so no process of a run outlives the command
+that started it and no orphan keeps writing into a run folder that a resume is rewriting.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+PR_SET_PDEATHSIG = 1           # from <linux/prctl.h>
+STOP_WAIT = 5.0                # seconds a stopped child gets between SIGTERM and SIGKILL
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux; ``False`` elsewhere).
+
+    ``parent`` is the pid the parent had: if it is already gone (it died before the request was made), the signal
+    is sent now, so there is no window in which the parent's death goes unnoticed.
+    """
+    if _LIBC is None or _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+    return True
+
+
+def _preexec(parent: int):
+    # runs in the child between fork and exec: only async-signal-safe work (ctypes was loaded before the fork)
+    return lambda: die_with_parent(signal.SIGTERM, parent)
+
+
+def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(cmd)`` in its own process group, with a parent-death signal."""
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_preexec(os.getpid()), **kwargs)
+
+
+def stop_child(proc: subprocess.Popen, wait: float = STOP_WAIT) -> None:
+    """End ``proc`` and its process group: ``SIGTERM``, then ``SIGKILL`` after ``wait`` seconds."""
+    for sig, timeout in ((signal.SIGTERM, wait), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _Terminated(BaseException):
+    """``SIGTERM`` received while waiting for a child (turned into an exception so the child is stopped too)."""
+
+
+def run_child(cmd: list[str], *, timeout: float | None = None, **kwargs) -> int:
+    """Run ``cmd`` with :func:`start_child` and wait for it; its exit code.
+
+    Whatever ends the wait (``timeout``: :class:`subprocess.TimeoutExpired`; Ctrl-C: ``KeyboardInterrupt``; a
+    ``SIGTERM`` to this process, re-raised as ``SystemExit(143)``) stops the child's whole process group first.
+    """
+    proc = start_child(cmd, **kwargs)
+    previous = _on_sigterm()
+    try:
+        return proc.wait(timeout)
+    except _Terminated:
+        stop_child(proc)
+        raise SystemExit(128 + signal.SIGTERM) from None
+    except BaseException:
+        stop_child(proc)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm():
+    """Turn ``SIGTERM`` into :class:`_Terminated` while a child runs (main thread only); the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated
+
+    return signal.signal(signal.SIGTERM, handler)
