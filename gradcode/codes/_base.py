@@ -286,10 +286,11 @@ class Code:
             self._warned.add(key)
             stragglers = np.setdiff1d(np.arange(self.n), F).tolist()
             shown = stragglers if len(stragglers) <= 10 else stragglers[:10] + ["..."]
+            reason = "ill-conditioned" if isinstance(why, IllConditionedError) else "not a decodable set"
             warnings.warn(
-                f"{self.name}(n={self.n}, s={self.s}): no exact decode from {len(F)} responders (stragglers "
-                f"{shown}): {why} -- returning least-squares weights with residual {dec.residual:.3g} "
-                f"> tol {self.tol:.3g}; the gradient is approximate", DecodeFallbackWarning, stacklevel=4)
+                f"{self.name}(n={self.n}, s={self.s}): no exact decode from {len(F)} responders ({reason}; "
+                f"stragglers {shown}): least-squares weights with residual {dec.residual:.3g} > tol "
+                f"{self.tol:.3g}, the gradient is approximate", DecodeFallbackWarning, stacklevel=4)
         return Decoding(dec.weights, dec.residual, "fallback")
 
     def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
