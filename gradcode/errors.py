@@ -88,15 +88,18 @@ def check_workers(values, n: int, name: str = "responders"):
 
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ConfigError(f"{name} must be a sequence of worker indices, got {type(values).__name__}")
+    if isinstance(values, (list, tuple)) and all(_is_int(v) for v in values):
+        # Range-check as Python ints: numpy would turn [uint64(2**63), 1] into floats and 2**64 into objects.
+        bad = [int(v) for v in values if not 0 <= int(v) < n]
+        if bad:
+            raise ConfigError(f"{name} out of range: {bad}; workers are 0..{n - 1}")
+        values = np.array([int(v) for v in values], dtype=np.int64)
     try:
         arr = np.asarray(values)
     except ValueError:  # ragged nested sequences
         raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices") from None
     if arr.size == 0:
         arr = arr.astype(np.int64)
-    if arr.dtype == object and arr.ndim == 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in arr):
-        bad = [int(v) for v in arr if not 0 <= v < n]  # Python ints beyond 64 bits
-        raise ConfigError(f"{name} out of range: {bad}; workers are 0..{n - 1}")
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices, got {arr.dtype} with shape "
                           f"{arr.shape}")
@@ -123,6 +126,10 @@ def check_numeric(name: str, values):
     if arr.dtype.kind not in "iufc":
         raise ConfigError(f"{name} must be numeric (integers, floats or complex numbers), got dtype {arr.dtype}")
     return arr
+
+
+def _is_int(value) -> bool:
+    return not isinstance(value, bool) and (isinstance(value, int) or _is_integral(value))
 
 
 def _is_integral(value) -> bool:
