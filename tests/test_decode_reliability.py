@@ -151,8 +151,6 @@ def test_bad_responders_are_config_errors(responders, match):
         code.decode(responders)
     with pytest.raises(ConfigError, match=match):
         make_scheme("coded", n=6, code=code).combine(np.ones((len(responders), 2)), responders, None)
-    with pytest.raises(ConfigError, match=match):
-        make_scheme("fastest_k", n=6, k=2).combine(np.ones((len(responders), 2)), responders, None)
 
 
 def test_strings_as_messages_or_partials_are_config_errors():
