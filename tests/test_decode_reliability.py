@@ -163,4 +163,8 @@ def test_strings_as_messages_or_partials_are_config_errors():
         code.combine([["a"]] * 4, [0, 1, 2, 3])
     with pytest.raises(ConfigError, match="messages must be numeric"):
         make_scheme("sync", n=2).combine([["a"], ["b"]], [0, 1], None)
+    coded = make_scheme("coded", n=6, code=code)
+    for responders in (5, {0, 1, 2, 3}):   # not a sequence / no order: which message is whose?
+        with pytest.raises(ConfigError, match="responders"):
+            coded.combine(np.ones((4, 2)), responders, None)
     assert gradcode.DecodeFallbackWarning is DecodeFallbackWarning
