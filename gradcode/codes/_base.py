@@ -279,6 +279,8 @@ class Code:
         """``auto`` on an exact code whose exact decode failed: least-squares weights, ``method = "fallback"``,
         and a :class:`DecodeFallbackWarning` the first time this code object sees the responder set."""
         dec = self._decode(F, "optimal")
+        if dec.residual <= self.tol:
+            return dec  # the code's exact decoder refused a set that least squares decodes within tol: exact enough
         key = frozenset(F.tolist())
         if key not in self._warned:
             if len(self._warned) >= self._cache_size:
