@@ -69,7 +69,7 @@ def lesson_code(say) -> dict:
 
     # --- 5. Too many stragglers --------------------------------------------------------------------------------
     # With 3 stragglers the exact decode is impossible; the code says so instead of returning a wrong gradient.
-    # method="auto" falls back to the best approximation (least squares) and reports its residual.
+    # method="auto" falls back to the best approximation (least squares), warns and reports its residual.
     few = [0, 2, 3]
     try:
         code.decode(few, method="exact")
@@ -77,8 +77,9 @@ def lesson_code(say) -> dict:
         say("## 5. Three stragglers (workers 1, 4, 5): the exact decode refuses")
         say(f"- NotDecodableError: {err}")
     approx = code.decoding(few, method="auto")
-    say(f"- method='auto' falls back to '{approx.method}' with residual {approx.residual:.2f}: an approximate "
-        f"gradient {code.combine(messages[few], few)}, and the record says so")
+    say(f"- method='auto' falls back to least-squares weights (method '{approx.method}', a DecodeFallbackWarning) "
+        f"with residual {approx.residual:.2f}: an approximate gradient {code.combine(messages[few], few)}, and the "
+        "record says so")
     return {"residual": dec.residual, "error": float(np.linalg.norm(estimate - truth)),
             "fallback_residual": approx.residual}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 
 from .codes import Code, code_class, list_codes, make_code
-from .errors import ConfigError, GradcodeError, IllConditionedError, NotDecodableError
+from .errors import ConfigError, DecodeFallbackWarning, GradcodeError, IllConditionedError, NotDecodableError
 
 __version__ = "0.1.0"
 
@@ -44,6 +44,7 @@ def __getattr__(name: str):
 __all__ = [
     "Code",
     "ConfigError",
+    "DecodeFallbackWarning",
     "DelayModel",
     "GradcodeError",
     "IllConditionedError",

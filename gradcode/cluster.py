@@ -225,6 +225,8 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "wasted": float(sum(r["wasted"] for r in records)),
         "messages": int(sum(r["messages"] for r in records)),
         "mean_residual": float(np.mean(residuals)) if residuals else None,
+        # exact-code decodes that fell back to least squares (residual > tol): approximate gradients
+        "fallback_decodes": sum(1 for r in records if r.get("method") == "fallback"),
         "final_loss": losses[-1] if losses else None,
     }
     ideal = summary["ideal_total_time"]

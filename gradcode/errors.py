@@ -3,7 +3,8 @@
 Bad input is a :class:`ConfigError` (a ``ValueError``) raised before any work starts, and its message says what was
 wrong and what would be accepted. A decoder that cannot deliver the exact gradient raises
 :class:`NotDecodableError`; one whose linear algebra lost too much precision raises :class:`IllConditionedError`.
-Neither is ever swallowed into a silently wrong gradient.
+Neither is ever swallowed into a silently wrong gradient: where ``method="auto"`` falls back to least squares instead,
+it issues a :class:`DecodeFallbackWarning` and the decoding's ``method`` is ``"fallback"``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ class IllConditionedError(NotDecodableError):
         self.residual = residual
 
 
+class DecodeFallbackWarning(UserWarning):
+    """``method="auto"`` could not decode an exact code exactly (too few responders, or an ill-conditioned set)
+    and returned least-squares weights whose residual exceeds the tolerance: the gradient is approximate.
+
+    Issued once per responder set and code object; a run counts these decodes in its summary
+    (``fallback_decodes``). Silence it with :func:`warnings.filterwarnings` or decode with ``method="optimal"``.
+    """
+
+
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
     """Return ``value`` as an int, or raise :class:`ConfigError` naming ``name`` and the accepted range."""
     if isinstance(value, bool) or not isinstance(value, (int,)) and not _is_integral(value):
@@ -48,6 +58,11 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
     if high is not None and value > high:
         raise ConfigError(f"{name} must be <= {high}, got {value}")
     return value
+
+
+def check_seed(value, name: str = "seed") -> int:
+    """The one check of every seed in gradcode (codes, schemes, delays, workloads, runs): an integer >= 0."""
+    return check_int(name, value, low=0)
 
 
 def check_float(name: str, value, *, low: float | None = None, high: float | None = None,
@@ -64,6 +79,57 @@ def check_float(name: str, value, *, low: float | None = None, high: float | Non
     if high is not None and x > high:
         raise ConfigError(f"{name} must be <= {high}, got {x}")
     return x
+
+
+def check_workers(values, n: int, name: str = "responders"):
+    """``values`` as an int64 array of distinct worker indices in ``[0, n)`` (order kept), or a
+    :class:`ConfigError` naming ``name``: not a 1-D sequence of integers, out of range, or repeated."""
+    import numpy as np
+
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise ConfigError(f"{name} must be a sequence of worker indices, got {type(values).__name__}")
+    if isinstance(values, (list, tuple)) and all(_is_int(v) for v in values):
+        # Range-check as Python ints: numpy would turn [uint64(2**63), 1] into floats and 2**64 into objects.
+        bad = [int(v) for v in values if not 0 <= int(v) < n]
+        if bad:
+            raise ConfigError(f"{name} out of range: {bad}; workers are 0..{n - 1}")
+        values = np.array([int(v) for v in values], dtype=np.int64)
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nested sequences
+        raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices") from None
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices, got {arr.dtype} with shape "
+                          f"{arr.shape}")
+    # Range check in the array's own dtype: a uint64 beyond 2^63 must not wrap to a negative int64 first.
+    outside = (arr >= n) if arr.dtype.kind == "u" else (arr < 0) | (arr >= n)
+    if outside.any():
+        raise ConfigError(f"{name} out of range: {arr[outside].tolist()}; workers are 0..{n - 1}")
+    arr = arr.astype(np.int64)
+    uniq, counts = np.unique(arr, return_counts=True)
+    if (counts > 1).any():
+        raise ConfigError(f"{name} contain duplicates: {uniq[counts > 1].tolist()}")
+    return arr
+
+
+def check_numeric(name: str, values):
+    """``values`` as a numeric (integer, float or complex) numpy array, or a :class:`ConfigError` naming ``name``
+    (strings, objects or ragged rows would otherwise fail deep inside numpy)."""
+    import numpy as np
+
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nested sequences
+        raise ConfigError(f"{name} must be a numeric array (rows of equal length)") from None
+    if arr.dtype.kind not in "iufc":
+        raise ConfigError(f"{name} must be numeric (integers, floats or complex numbers), got dtype {arr.dtype}")
+    return arr
+
+
+def _is_int(value) -> bool:
+    return not isinstance(value, bool) and (isinstance(value, int) or _is_integral(value))
 
 
 def _is_integral(value) -> bool:

@@ -23,7 +23,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   ``N / n_parts``, ``N`` samples, without mini-batches);
 - ``messages`` and ``bytes = messages x d x 8`` (x 2 for complex codes, whose messages carry two reals per entry;
   DropCompute's All-Reduce counted as one d-vector per worker);
-- ``mean_residual``: mean decoding residual;
+- ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
+  exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
 - ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
   this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
   cluster.
@@ -47,7 +48,8 @@ from .errors import ConfigError
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
            "time_to_target", "final_loss", "computed_units", "wasted_units", "samples_computed", "samples_wasted",
-           "messages", "bytes", "mean_residual", "speedup_iteration", "speedup_target", "scheme_name", "run_id"]
+           "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration", "speedup_target",
+           "scheme_name", "run_id"]
 AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
               ("time_to_target", "time to target"), ("final_loss", "final loss"),
               ("samples_computed", "samples computed"), ("bytes", "bytes sent"), ("mean_residual", "residual"),
@@ -160,7 +162,8 @@ def run_row(run: RunData) -> dict[str, Any]:
         "samples_computed": None if per_unit is None else s["computed"] * per_unit,
         "samples_wasted": None if per_unit is None else s["wasted"] * per_unit,
         "messages": s["messages"], "bytes": None if floats is None else s["messages"] * floats * 8,
-        "mean_residual": s["mean_residual"], "speedup_iteration": None, "speedup_target": None,
+        "mean_residual": s["mean_residual"], "fallback_decodes": s.get("fallback_decodes"),
+        "speedup_iteration": None, "speedup_target": None,
         "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],
     }
 
@@ -325,6 +328,10 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     partial = [f"{r.meta['run_id']} ({r.problem})" for r in runs if not r.complete]
     if partial:
         notes.append(f"{len(partial)} run(s) are PARTIAL (reported from the records so far): " + "; ".join(partial))
+    fell_back = [f"{r['run_id']} ({r['fallback_decodes']})" for r in rows if r.get("fallback_decodes")]
+    if fell_back:
+        notes.append(f"{len(fell_back)} run(s) had decodes that FELL BACK to least squares (not exact: residual above "
+                     "tol; iterations in brackets): " + ", ".join(fell_back))
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds; `(j/m)`: only j of "

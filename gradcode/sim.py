@@ -44,7 +44,7 @@ from .cluster import (
     write_summary,
 )
 from .delays import make_delay
-from .errors import ConfigError, check_float, check_int
+from .errors import ConfigError, check_float, check_int, check_seed
 from .schemes import Scheme
 from .schemes._base import Plan
 from .workloads import make_workload
@@ -87,7 +87,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     delay = make_delay(delay)
     workload = None if workload is None else make_workload(workload)
     iterations = check_int("iterations", iterations, low=1)
-    seed = check_int("seed", seed, low=0)
+    seed = check_seed(seed)
     loss_every = check_int("loss_every", loss_every, low=1)
     if late_workers not in LATE_WORKERS:
         raise ConfigError(f"late_workers must be one of {', '.join(LATE_WORKERS)}, got {late_workers!r}")

@@ -163,13 +163,13 @@ def _check_other_delays(spec: Spec) -> None:
 
 def check_run(run: dict) -> None:
     """Types of the [run] keys that a comparison relies on (the factories check the rest)."""
-    from .errors import check_float, check_int
+    from .errors import check_float, check_int, check_seed
 
     try:
         if "iterations" in run:
             check_int("iterations", run["iterations"], low=1)
         if "seed" in run:
-            check_int("seed", run["seed"], low=0)
+            check_seed(run["seed"])
         if "target_loss" in run:
             check_float("target_loss", run["target_loss"])
         if "time_budget" in run:

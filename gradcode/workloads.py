@@ -49,7 +49,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse
 
-from .errors import ConfigError, check_float, check_int
+from .errors import ConfigError, check_float, check_int, check_seed
 
 # Largest temporary (in float64 elements) the full-batch path materialises at once.
 _CHUNK_ELEMENTS = 1 << 22
@@ -400,7 +400,7 @@ class LeastSquares(Workload):
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         condition = check_float("condition", condition, low=1.0)
-        seed = check_int("seed", seed, low=0)
+        seed = check_seed(seed)
         self.params = dict(n_samples=n_samples, dim=dim, noise=noise, condition=condition, seed=seed)
         rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
         scales = condition ** (-0.5 * np.linspace(0.0, 1.0, dim))
@@ -452,7 +452,7 @@ class Logistic(Workload):
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         reg = check_float("reg", reg, low=0.0)
-        seed = check_int("seed", seed, low=0)
+        seed = check_seed(seed)
         self.params = dict(n_samples=n_samples, dim=dim, noise=noise, reg=reg, seed=seed)
         rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
         X = rng.standard_normal((n_samples, dim))
@@ -500,7 +500,7 @@ class SoftmaxDigits(Workload):
 
     def __init__(self, reg: float = 1e-4, seed: int = 0):
         reg = check_float("reg", reg, low=0.0)
-        seed = check_int("seed", seed, low=0)
+        seed = check_seed(seed)
         self.params = dict(reg=reg, seed=seed)
         try:
             from sklearn.datasets import load_digits

@@ -16,13 +16,24 @@ See ``docs/design.md#the-scheme-interface`` for how a scheme uses a code.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 import scipy.sparse
 
-from ..errors import ConfigError, IllConditionedError, NotDecodableError, check_float, check_int
+from ..errors import (
+    ConfigError,
+    DecodeFallbackWarning,
+    IllConditionedError,
+    NotDecodableError,
+    check_float,
+    check_int,
+    check_numeric,
+    check_seed,
+    check_workers,
+)
 
 METHODS = ("auto", "exact", "optimal", "one_step")
 
@@ -31,7 +42,9 @@ class Decoding(NamedTuple):
     """The result of decoding one responder set.
 
     ``weights`` is ``(n,)``, zero outside the responders; ``method`` is the method actually used (``auto``
-    resolves to ``exact`` or ``optimal``); ``residual`` is ``||B_F^T a - 1||_2 / sqrt(n_parts)``.
+    resolves to ``exact``, to ``optimal`` on an approximate code, or to ``fallback``: least-squares weights because
+    an exact code's exact decode failed, with a :class:`~gradcode.errors.DecodeFallbackWarning`); ``residual`` is
+    ``||B_F^T a - 1||_2 / sqrt(n_parts)``.
     """
 
     weights: np.ndarray
@@ -75,7 +88,7 @@ class Code:
     # False for MDS-like codes, where exactly the first n - s responders do.
     early_decoding: ClassVar[bool] = False
 
-    def __init__(self, n: int, s: int, *, seed: int | None = 0, tol: float = 1e-8, cache_size: int = 4096):
+    def __init__(self, n: int, s: int, *, seed: int = 0, tol: float = 1e-8, cache_size: int = 4096):
         self.n = check_int("n", n, low=1)
         self.s = check_int("s", s, low=0)
         if self.s >= self.n:
@@ -84,7 +97,7 @@ class Code:
                 f"accepted: 0 <= s <= {self.n - 1}"
             )
         self.tol = check_float("tol", tol, low=0.0, low_open=True)
-        self.seed = seed
+        self.seed = check_seed(seed)
         self._cache_size = check_int("cache_size", cache_size, low=1)
         self._check()
         B = np.array(self._build(np.random.default_rng(seed)))
@@ -94,6 +107,7 @@ class Code:
         self._B_sparse = scipy.sparse.csr_array(B)
         self._supports = tuple(tuple(int(j) for j in np.flatnonzero(B[i])) for i in range(self.n))
         self._cache: OrderedDict = OrderedDict()
+        self._warned: set[frozenset] = set()  # responder sets already warned about (fallback)
 
     # --- construction hooks --------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -131,7 +145,7 @@ class Code:
     def _row_partials(self, i: int, partials) -> tuple[list[int], np.ndarray]:
         """Worker ``i``'s support and its partial gradients, checked to be one per partition of the support."""
         sup = self.support(i)
-        partials = np.asarray(partials)
+        partials = check_numeric("partials", partials)
         if partials.shape[:1] != (len(sup),):
             raise ConfigError(
                 f"worker {i} holds partitions {sup}: expected {len(sup)} partial gradients, got shape "
@@ -140,7 +154,7 @@ class Code:
         return list(sup), partials
 
     def _check_partials(self, partials) -> np.ndarray:
-        partials = np.asarray(partials)
+        partials = check_numeric("partials", partials)
         if partials.ndim not in (1, 2) or partials.shape[0] != self.n_parts:
             raise ConfigError(f"partials must have shape (n_parts, d) = ({self.n_parts}, d), got {partials.shape}")
         if not np.all(np.isfinite(partials)):
@@ -169,7 +183,8 @@ class Code:
 
         Methods: ``exact`` (raise :class:`NotDecodableError` if the set cannot give the exact sum), ``optimal``
         (least-squares weights, any set), ``one_step`` (one fixed scaling), ``auto`` (``exact`` where the code is
-        exact and the set decodable, else ``optimal``).
+        exact and the set decodable; on an approximate code ``optimal``; else least squares with ``method =
+        "fallback"`` and a :class:`~gradcode.errors.DecodeFallbackWarning`, once per responder set).
         """
         # Fast path: the same responder list seen before costs one dictionary lookup.
         fast_key = self._fast_key(responders, method)
@@ -225,33 +240,17 @@ class Code:
             self._cache.popitem(last=False)
 
     def _responders(self, responders) -> np.ndarray:
-        """Validate a responder set; return it sorted as an int64 array."""
-        if isinstance(responders, (str, bytes)) or not hasattr(responders, "__len__"):
-            raise ConfigError(f"responders must be a sequence of worker indices, got {type(responders).__name__}")
-        arr = np.asarray(responders)
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise ConfigError(
-                f"responders must be a 1-D sequence of integer worker indices, got {np.asarray(responders).dtype} "
-                f"with shape {arr.shape}"
-            )
-        F = np.sort(arr.astype(np.int64))
-        if F.size and (F[0] < 0 or F[-1] >= self.n):
-            bad = F[(F < 0) | (F >= self.n)]
-            raise ConfigError(f"responders out of range: {bad.tolist()}; workers are 0..{self.n - 1}")
-        dup = F[1:][F[1:] == F[:-1]]
-        if dup.size:
-            raise ConfigError(f"responders contain duplicates: {sorted(set(dup.tolist()))}")
-        return F
+        """Validate a responder set (:func:`~gradcode.errors.check_workers`); return it sorted as int64."""
+        return np.sort(check_workers(responders, self.n))
 
     def _decode(self, F: np.ndarray, method: str) -> Decoding:
         if method == "auto":
             if self.exact:
                 try:
                     return self._decode(F, "exact")
-                except NotDecodableError:
-                    pass  # not decodable, or ill-conditioned: fall back to the best approximation, and say so
+                except NotDecodableError as err:
+                    # not decodable, or ill-conditioned: fall back to the best approximation, and say so
+                    return self._fallback(F, err)
             method = "optimal"
         if method == "exact":
             if not self.exact:
@@ -275,6 +274,26 @@ class Code:
                 residual=r,
             )
         return Decoding(weights, r, method)
+
+    def _fallback(self, F: np.ndarray, why: NotDecodableError) -> Decoding:
+        """``auto`` on an exact code whose exact decode failed: least-squares weights, ``method = "fallback"``,
+        and a :class:`DecodeFallbackWarning` the first time this code object sees the responder set."""
+        dec = self._decode(F, "optimal")
+        if dec.residual <= self.tol:
+            return dec  # the code's exact decoder refused a set that least squares decodes within tol: exact enough
+        key = frozenset(F.tolist())
+        if key not in self._warned:
+            if len(self._warned) >= self._cache_size:
+                self._warned.pop()  # bounded like the cache: at worst a set is warned about twice
+            self._warned.add(key)
+            stragglers = np.setdiff1d(np.arange(self.n), F).tolist()
+            shown = stragglers if len(stragglers) <= 10 else stragglers[:10] + ["..."]
+            reason = "ill-conditioned" if isinstance(why, IllConditionedError) else "not a decodable set"
+            warnings.warn(
+                f"{self.name}(n={self.n}, s={self.s}): no exact decode from {len(F)} responders ({reason}; "
+                f"stragglers {shown}): least-squares weights with residual {dec.residual:.3g} > tol "
+                f"{self.tol:.3g}, the gradient is approximate", DecodeFallbackWarning, stacklevel=4)
+        return Decoding(dec.weights, dec.residual, "fallback")
 
     def _residual_of(self, F: np.ndarray, a: np.ndarray) -> float:
         v = self.B[F].T @ a - 1.0
@@ -318,7 +337,7 @@ class Code:
         Row ``r`` of ``messages`` is the message of worker ``responders[r]``.
         """
         weights = self.decode(responders, method)
-        messages = np.asarray(messages)
+        messages = check_numeric("messages", messages)
         if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
             raise ConfigError(
                 f"messages must have one row per responder: expected shape ({len(responders)}, d), got "

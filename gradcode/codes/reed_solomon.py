@@ -7,25 +7,10 @@ code over ``GF(p)`` is :mod:`gradcode.codes.finite_field`. See ``docs/references
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..errors import ConfigError
-from .cyclic import CyclicSupportCode
+from .cyclic import CyclicSupportCode, check_node_order, golden_stride
 from .lagrange import vanishing_values, weights_at_zero
-
-
-def golden_stride(n: int) -> int:
-    """The integer nearest ``n / phi^2`` that is coprime with ``n`` (1 for ``n <= 2``).
-
-    Worker ``i`` gets node ``omega^(q i)``: a run of consecutive workers then lands on nodes spread round the
-    circle (three-distance theorem), instead of on one arc.
-    """
-    if n <= 2:
-        return 1
-    target = n / ((1 + math.sqrt(5)) / 2) ** 2
-    return min((q for q in range(1, n) if math.gcd(q, n) == 1), key=lambda q: (abs(q - target), q))
 
 
 class ReedSolomonBase(CyclicSupportCode):
@@ -108,10 +93,7 @@ class ReedSolomon(ReedSolomonBase):
     description = "balanced mask, unit-circle nodes, O((n-s)^2) Lagrange decoding at zero (exact)"
 
     def __init__(self, n: int, s: int, *, node_order: str = "golden", **kwargs):
-        if node_order not in ("golden", "natural"):
-            raise ConfigError(
-                f"reed_solomon: unknown node_order {node_order!r}; accepted: 'golden', 'natural'")
-        self.node_order = node_order
+        self.node_order = check_node_order(self.name, node_order)
         super().__init__(n, s, **kwargs)
 
     def _node_values(self) -> np.ndarray:

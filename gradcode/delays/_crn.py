@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ConfigError, check_float, check_int
+from ..errors import ConfigError, check_float, check_int, check_seed  # noqa: F401  (check_seed: re-exported)
 
 # streams: the persistent stragglers and the trace offset are keyed by the seed alone (``t`` slot 0)
 STREAM_COMPUTE = 1
@@ -36,10 +36,6 @@ def per_worker_uniforms(seed: int, stream: int, path: tuple, n: int, width: int)
     """Uniforms ``(n, width)`` keyed by the seed and the worker only (no iteration)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0, stream, *path]))
     return rng.random((n, width))
-
-
-def check_seed(seed) -> int:
-    return check_int("seed", seed, low=0)
 
 
 def check_t(t) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, check_int
+from ..errors import ConfigError, check_int, check_numeric
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,12 @@ class Scheme:
     def combine(self, messages: np.ndarray, responders, plan: Plan) -> Combined:
         """The estimate from the ``(len(responders), d)`` messages; by default from their plain sum
         (:meth:`combine_sum`). A scheme that decodes overrides this."""
-        return self.combine_sum(np.asarray(messages).sum(axis=0), len(responders), plan)
+        # (responders are not indexed here: in a decentralized step they are the kept chunks, not workers)
+        messages = check_numeric("messages", messages)
+        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
+            raise ConfigError(f"messages must have one row per responder: expected shape ({len(responders)}, d), "
+                              f"got {messages.shape}")
+        return self.combine_sum(messages.sum(axis=0), len(responders), plan)
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The estimate from ``total``, the plain sum of the gradients of ``parts`` partitions (one per message of an

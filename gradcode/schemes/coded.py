@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codes import Code, make_code
-from ..errors import ConfigError, check_float
+from ..errors import ConfigError, check_float, check_workers
 from ._base import Combined, Plan, Scheme, check_k
 
 
@@ -91,7 +91,7 @@ class Coded(Scheme):
         return None
 
     def combine(self, messages, responders, plan: Plan) -> Combined:
-        responders = list(responders)
+        responders = check_workers(responders, self.n).tolist()
         dec = self.code.decoding(responders, self.method)
         estimate = self.code.combine(messages, responders, self.method)
         return Combined(estimate, residual=dec.residual, method=dec.method)
