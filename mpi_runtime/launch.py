@@ -39,19 +39,50 @@ from gradcode.errors import ConfigError
 from gradcode.registry import pythonpath
 
 from .config import load_run
+from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
-    """The launcher: ``explicit``, the virtual environment's, ``$MPIEXEC``, or ``mpiexec`` on PATH."""
-    candidates = [explicit, str(Path(sys.executable).parent / "mpiexec"), os.environ.get("MPIEXEC"),
-                  shutil.which("mpiexec"), shutil.which("mpirun")]
-    for c in candidates:
-        if c and (Path(c).is_file() or shutil.which(c)):
+    """The launcher: ``explicit``, the virtual environment's, ``$MPIEXEC``, or ``mpiexec`` on PATH. A launcher the
+    user named (``explicit`` or ``$MPIEXEC``, when it is the one reached) that is not an executable file is an
+    error, never replaced by another one."""
+    if explicit is not None:
+        return _executable(explicit, "--mpiexec")
+    own = Path(sys.executable).parent / "mpiexec"
+    if own.is_file() and os.access(own, os.X_OK):
+        return str(own)
+    if os.environ.get("MPIEXEC"):
+        return _executable(os.environ["MPIEXEC"], "$MPIEXEC")
+    for c in (shutil.which("mpiexec"), shutil.which("mpirun")):
+        if c:
             return c
     raise ConfigError("no mpiexec found: install one with `pip install mpi4py mpich` (or a system MPI and set "
                       "$MPIEXEC)")
+
+
+def _executable(name: str, what: str) -> str:
+    """``name`` if it is an executable file (a path, or a command on PATH); else a :class:`ConfigError`."""
+    path = Path(name) if os.sep in name else (Path(shutil.which(name)) if shutil.which(name) else None)
+    if path is None or not path.exists():
+        where = "no such file" if os.sep in name else "no such command on PATH"
+        raise ConfigError(f"{what} {name}: {where}; give the path of an MPI launcher (mpiexec)")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ConfigError(f"{what} {name}: not an executable file; give the path of an MPI launcher (mpiexec)")
+    return name
+
+
+def check_hostfile(hostfile: str | None) -> None:
+    """:class:`ConfigError` unless ``hostfile`` (if given) is a readable file: MPICH would only say that it is
+    "unable to parse user arguments"."""
+    if hostfile is None:
+        return
+    path = Path(hostfile)
+    if not path.is_file():
+        raise ConfigError(f"--hostfile {hostfile}: {'not a file' if path.exists() else 'no such file'}")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"--hostfile {hostfile}: not readable")
 
 
 def mpi_flavor(mpiexec: str) -> str:
@@ -91,6 +122,10 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
     cmd = [mpiexec, "-n", str(ranks)]
     if flavor == "openmpi":
         cmd.append("--oversubscribe")
+    if flavor == "mpich":
+        # a dead process must not take the job down with it: the survivors name it, rank 0 writes its summary,
+        # then MPI_Abort ends the job (peers.py)
+        cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
         cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
     cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
@@ -100,6 +135,7 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
 def prepare(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str | None = None,
             hostfile: str | None = None, extra: list[str] | None = None) -> tuple[list[str], dict[str, str], str]:
     """``(command, environment, flavor)`` of a job: the launcher found, its flavour, the command line for it."""
+    check_hostfile(hostfile)
     exe = find_mpiexec(mpiexec)
     flavor = mpi_flavor(exe)
     cmd = command(spec, out, ranks, mpiexec=exe, flavor=flavor, hostfile=hostfile, extra=extra)
@@ -112,6 +148,7 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     """Validate the spec (a :class:`ConfigError` before anything starts), then run the job; its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
+    check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
     extra = ["--scheme", str(scheme)]
     for key, value in overrides.items():
         extra += [f"--{key}", str(value)]
