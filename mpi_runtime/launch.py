@@ -10,11 +10,15 @@ the same MPI as the launcher.
 
 Oversubscription (more ranks than cores, e.g. 9 ranks on a 2-core laptop):
 
-- **MPICH** needs no flag, but busy-polls: ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1`` and
+- **MPICH** needs no flag for it, but busy-polls: ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1`` and
   ``MPIR_CVAR_POLLS_BEFORE_YIELD=1`` make waiting ranks yield the CPU. Never pass ``--oversubscribe`` to MPICH
   (Hydra mis-parses it and the job hangs).
 - **Open MPI** refuses more ranks than slots unless given ``--oversubscribe``; ``OMPI_MCA_mpi_yield_when_idle=1``
   makes idle ranks yield.
+
+**A dead rank** (MPICH): ``-disable-auto-cleanup`` and a shell around each rank (:data:`SURVIVE_DEATH`) keep Hydra
+from killing the job the moment one process dies, so that the others can name it and rank 0 can write its summary
+(``peers.py``); ``MPI_Abort`` still ends every rank.
 
 Both get ``OPENBLAS_NUM_THREADS=1`` (and the OMP/MKL equivalents) so that ranks sharing cores do not also spawn a
 BLAS thread per core each.
@@ -42,6 +46,12 @@ from .config import load_run
 from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
+# A rank that dies must not take the job down with it: the survivors name it, rank 0 writes its summary, then
+# MPI_Abort ends the job (peers.py). Hydra kills the whole job when a process ends on a signal (SIGKILL, SIGSEGV,
+# an OOM kill), even with -disable-auto-cleanup; this shell around each rank turns that into an exit code. It
+# forwards the signals Hydra sends its processes (SIGUSR1 tells MPICH that a peer is gone; SIGTERM) to the rank.
+SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; trap "kill -USR1 $c 2>/dev/null" USR1; trap "kill -TERM $c 2>/dev/null" '
+                 'TERM; while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done', "sh"]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -123,11 +133,11 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
     if flavor == "openmpi":
         cmd.append("--oversubscribe")
     if flavor == "mpich":
-        # a dead process must not take the job down with it: the survivors name it, rank 0 writes its summary,
-        # then MPI_Abort ends the job (peers.py)
         cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
         cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
+    if flavor == "mpich":
+        cmd += SURVIVE_DEATH
     cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
     return cmd + list(extra or [])
 
