@@ -19,7 +19,8 @@ All-Gather completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the s
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so the models of different ranks may drift apart
 by round-off; rank 0's is the one recorded. The loop, the update, the evaluation and the record are
-:class:`gradcode.cluster.Driver`'s.
+:class:`gradcode.cluster.Driver`'s. Every collective is polled and bounded (until the step's emulated end plus
+``[run] grace``); rank 0 then names the ranks that stopped answering (``peers.py``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ with zero overhead (the begin of that plan plus its emulated time). So ``sum(ide
 time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
 (see ``_ideal``).
 
-**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Receives still
+**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK`` (then a checkpoint
+before the shared window is freed, a collective). Receives still
 pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
 Workers that never acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True:
 ``__main__`` then aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are
@@ -42,9 +43,12 @@ The loop, the stop policy, the update, the evaluation and the record are :class:
 class adds how messages move and how the wall clock is read.
 
 **Failures.** If the stop rule can never hold because a worker's model delay is infinite (e.g. ``sync`` with an
-unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason. If no
-message arrives for ``grace`` seconds while the stop rule is unmet (a hung process the model knows nothing of), it
-fails naming the workers it waits for. Either way the records so far are on disk and the job exits non-zero.
+unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason; if it
+cannot hold because every worker has answered (an erasure under ``sync``), at once too, naming the erased workers.
+A worker that reports a failure or whose process is gone (``peers.py``) is named at once; if no message arrives for
+``grace`` seconds while the stop rule is unmet (a hung or stopped process), the master fails naming the workers it
+waits for and their processes' state. Either way the records so far are on disk, ``__main__`` writes the summary
+with the error (:meth:`Master.write_failure`) and the job exits non-zero.
 """
 
 from __future__ import annotations

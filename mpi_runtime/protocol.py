@@ -30,7 +30,8 @@ memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the enviro
 messages, as laid out above.
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
-ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`).
+ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), and the
+runtime bounds each one (a timeout, and a ``watch`` that notices a dead or failed peer: ``peers.py``).
 """
 
 from __future__ import annotations
