@@ -83,11 +83,14 @@ class Decentralized(Driver):
         finally:
             if self.writer is not None:
                 self.writer.close()
-        self.write_failure(None)
+        self._write_summary(None)
         return False
 
-    def write_failure(self, error: str | None) -> None:
-        """Rank 0: the summary, with the error if the run failed."""
+    def write_failure(self, error: str) -> None:
+        """The summary of a run that failed at any point, with the error (rank 0)."""
+        self._write_summary(error)
+
+    def _write_summary(self, error: str | None) -> None:
         if self.recording:
             np.save(self.out / "params.npy", self.w)
             write_summary(self.out, {**self.summary(), **self.cfg.summary_fields([], error)})
