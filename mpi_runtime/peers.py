@@ -85,7 +85,7 @@ class Peers:
         self.checkpoints = 0
         self.next_check = 0.0
         self.box = np.zeros(1)
-        self.pongs: list[MPI.Request] = []
+        self.sent: list = []     # sends never waited for (pongs, pings, a failure report), with their buffers
 
     # --- meeting points -------------------------------------------------------------------------------------
     def checkpoint(self, stage: str, timeout: float) -> None:
@@ -141,7 +141,7 @@ class Peers:
                 raise RunFailure(f"{who([failed])} failed: {text.decode(errors='replace')}")
         elif self.world.Iprobe(source=0, tag=PING_TAG):
             self.world.Recv(self.box, source=0, tag=PING_TAG)
-            self.pongs.append(self.world.Isend(self.box, dest=0, tag=PONG_TAG))
+            self._send(np.zeros(1), 0, PONG_TAG)
         for rank in self.watched:
             if rank in self.local and process_state(self.local[rank]) is None:
                 raise (MasterLost if rank == 0 else RunFailure)(f"{who([rank])} died: its process is gone")
@@ -172,7 +172,7 @@ class Peers:
         boxes = [np.zeros(1) for _ in ranks]
         recvs = [self.world.Irecv(box, source=r, tag=PONG_TAG) for r, box in zip(ranks, boxes, strict=True)]
         for r in ranks:
-            self.world.Isend(np.zeros(1), dest=r, tag=PING_TAG)    # completes eagerly; abandoned on failure
+            self._send(np.zeros(1), r, PING_TAG)
         return [ranks[i] for i in wait_all(recvs, timeout)]
 
     # --- when this rank fails -------------------------------------------------------------------------------
@@ -181,9 +181,14 @@ class Peers:
         the job, and wait up to ``patience`` s for that abort (the caller aborts after it)."""
         if self.rank == 0 or (0 in self.local and process_state(self.local[0]) is None):
             return
-        self.world.Isend([np.frombuffer(error.encode()[:4000], dtype=np.uint8), MPI.BYTE], dest=0, tag=FAIL_TAG)
+        self._send([np.frombuffer(error.encode()[:4000], dtype=np.uint8), MPI.BYTE], 0, FAIL_TAG)
         limit = time.perf_counter() + patience
         while time.perf_counter() < limit:
             if 0 in self.local and process_state(self.local[0]) is None:
                 return
             time.sleep(10 * POLL)
+
+    def _send(self, buf, dest: int, tag: int) -> None:
+        """A small send completed in the background (eagerly): its request and buffer are kept alive meanwhile."""
+        self.sent = [(r, b) for r, b in self.sent if not r.Test()]
+        self.sent.append((self.world.Isend(buf, dest=dest, tag=tag), buf))
