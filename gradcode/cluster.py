@@ -239,9 +239,10 @@ def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray) -> dic
     """Measured over ideal time (1 on the virtual clock; on MPI, the runtime's overhead): ``overhead_ratio`` of the
     totals and ``median_overhead_ratio`` of the iterations. An ideal time of zero (zero injected delay) has no
     ratio: such iterations are left out (None if all are, with ``overhead_ratio_note`` saying why). Zero means
-    below the round-off of the clock readings it is computed from (1e-9 of the largest ``end``)."""
+    below the round-off of the clock readings it is computed from (1e-12 of the largest ``end``). A tiny positive
+    ideal time gives a huge ratio, and rightly: the overhead is that many times the work emulated."""
     ideal = np.array([r["ideal_end"] - r["start"] for r in records])
-    floor = 1e-9 * max(abs(r["end"]) for r in records)
+    floor = 1e-12 * max(abs(r["end"]) for r in records)
     timed = ideal > floor
     total, total_ideal = float(records[-1]["end"] - records[0]["start"]), float(ideal.sum())
     out: dict[str, Any] = {

@@ -99,8 +99,10 @@ def mpi_flavor(mpiexec: str) -> str:
     """``'mpich'``, ``'openmpi'`` or ``'unknown'``, from ``mpiexec --version``."""
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         return "unknown"
+    except OSError as err:     # not a program at all (e.g. a text file with the executable bit)
+        raise ConfigError(f"{mpiexec}: cannot run it ({err.strerror}); give the path of an MPI launcher") from None
     text = (out.stdout + out.stderr).lower()
     if "open mpi" in text or "openrte" in text or "prrte" in text:
         return "openmpi"

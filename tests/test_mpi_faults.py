@@ -181,6 +181,11 @@ def test_explicit_mpiexec_must_exist(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="not an executable file"):
         find_mpiexec(str(tmp_path))
     assert find_mpiexec(str(Path(sys.executable).parent / "mpiexec")).endswith("mpiexec")
+    text = tmp_path / "not-a-program"
+    text.write_text("hello\n")
+    text.chmod(0o755)
+    with pytest.raises(ConfigError, match="cannot run it"):
+        prepare(tmp_path / "s.toml", tmp_path / "o", 2, mpiexec=str(text))
 
 
 def test_hostfile_must_exist(tmp_path):
@@ -206,9 +211,11 @@ def test_summarize_leaves_out_iterations_of_zero_ideal_time():
         return {"scheme": "s", "start": start, "end": end, "ideal_end": start + ideal, "computed": 0.0, "wasted": 0.0,
                 "messages": 0, "residual": None, "loss": None}
 
-    summary = summarize([rec(0.0, 1.0, 0.0), rec(1.0, 3.0, 1.0), rec(3.0, 4.0, 1e-15)])
+    summary = summarize([rec(0.0, 1.0, 0.0), rec(1.0, 3.0, 1.0), rec(3.0, 4.0, 1e-15)])   # 1e-15: round-off
     assert summary["median_overhead_ratio"] == 2.0 and summary["overhead_ratio"] == pytest.approx(4.0)
     assert summary["overhead_ratio_note"].startswith("2 of 3 iterations")
     zero = summarize([rec(0.0, 1.0, 0.0), rec(1.0, 2.0, 0.0)])
     assert zero["overhead_ratio"] is None and zero["median_overhead_ratio"] is None
     assert np.isclose(summarize([rec(0.0, 2.0, 1.0)])["median_overhead_ratio"], 2.0)
+    tiny = summarize([rec(0.0, 1.0, 1e-9), rec(1.0, 2.0, 1e-9)])      # tiny, but real: the ratio says so
+    assert tiny["median_overhead_ratio"] == pytest.approx(1e9) and tiny["overhead_ratio"] == pytest.approx(1e9)
