@@ -32,9 +32,9 @@ with zero overhead (the begin of that plan plus its emulated time). So ``sum(ide
 time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
 (see ``_ideal``).
 
-**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK`` (then a checkpoint
-before the shared window is freed, a collective). Receives still
-pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
+**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK`` (and meet them at
+a checkpoint before the shared window is freed, a collective). Receives still pending are cancelled (``Cancel``,
+wait, ``Is_cancelled``; a message that won the race is received and dropped).
 Workers that never acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True:
 ``__main__`` then aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are
 on disk before the abort).
