@@ -62,7 +62,7 @@ def check_hooks(ranks: int, iterations: int, environ=None) -> None:
             if not low <= rank < ranks:
                 what = "a worker rank" if low else "a rank"
                 raise ConfigError(f"{env}: rank {rank} is not {what} of this job ({low}..{ranks - 1}: rank 0 is "
-                                  f"the master, rank i + 1 worker i)")
+                                  "the master, rank i + 1 worker i)")
             if isinstance(when, int) and not 0 <= when < iterations:
                 raise ConfigError(f"{env}: iteration {when} is not one of this run's (0..{iterations - 1})")
 
