@@ -59,7 +59,7 @@ RUN_KEYS = {
     "loss_every": "evaluate the full loss every this many iterations",
     "time_scale": "MPI: wall-clock seconds per unit of model time",
     "grace": "MPI: seconds to wait for an answer (a worker, the master, a collective) before naming the rank",
-    "startup_timeout": "MPI: seconds the ranks may take to start (imports, building) before naming the missing ones",
+    "startup_timeout": "MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
     "batch": "samples per partition mini-batch (default: whole partition)",
 }
 CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",

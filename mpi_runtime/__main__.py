@@ -8,7 +8,8 @@ Any exception on any rank is printed to stderr with the rank and its role. On ra
 the error (and the records so far stay), then ``MPI_Abort`` ends every rank of the job at once; a worker reports
 its failure to rank 0 (which names it, writes its summary and aborts) and aborts by itself if rank 0 does not
 within ``grace``. ``python -m mpi4py`` adds the same guarantee for anything that escapes. Every wait is bounded and
-names the rank it waits for (``peers.py``): ``[run] startup_timeout`` for the start-up, ``[run] grace`` after it.
+names the rank it waits for (``peers.py``): ``[run] startup_timeout`` until the run clock starts (start-up,
+shared-memory set-up, warm-up), ``[run] grace`` after it.
 
 Exit codes: 0 success; 0 also when the run completed but unresponsive workers had to be aborted at shutdown (the
 master's ``run`` returns True, says so on stderr and in ``summary.json``, and this module calls ``MPI_Abort(0)``:
@@ -86,7 +87,7 @@ def run(argv: list[str] | None, job: _Job) -> bool:
     faults = Faults(world.Get_rank())
     faults.maybe_crash("start")
     job.peers.checkpoint("start-up", cfg.startup_timeout)   # names the ranks that did not start
-    comm = P.dup(world, cfg.grace, job.peers.check)          # our own communicator: nothing else can match our tags
+    comm = P.dup(world, cfg.startup_timeout, job.peers.check)   # our own communicator: nothing else matches our tags
     precise_sleep()         # every rank emulates times and polls with time.sleep
     if scheme.decentralized:
         from .allreduce import Decentralized

@@ -72,7 +72,7 @@ class Decentralized(Driver):
         if self.recording:
             self.out.mkdir(parents=True, exist_ok=True)
         self.faults.maybe_crash("warmup")
-        self.peers.checkpoint("clock start", self.cfg.grace)
+        self.peers.checkpoint("clock start", self.cfg.startup_timeout)
         if self.recording:
             self.writer = RecordWriter(self.out / "records.jsonl")
         self.t0 = time.perf_counter()

@@ -5,9 +5,9 @@ checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients
 (what a real worker does: it cannot abandon a message it already sent), ``[run] time_scale`` (wall-clock seconds
 per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails naming the
 rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading and building
-on every rank, before the first checkpoint). ``gradcode run`` calls it before launching ``mpiexec``, and
-every rank calls it again inside the job: construction is deterministic, so every rank builds the same scheme,
-delay model and workload.
+on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it before launching
+``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every rank builds the
+same scheme, delay model and workload.
 """
 
 from __future__ import annotations

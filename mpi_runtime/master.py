@@ -82,7 +82,8 @@ class Master(Driver):
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
-        self.shared = P.open_shared(comm, d, self.length, lambda: peers.checkpoint("shared memory", cfg.grace))
+        self.shared = P.open_shared(comm, d, self.length,
+                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout))
         self.slots = P.ModelSlots(self.shared)
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
@@ -115,10 +116,12 @@ class Master(Driver):
         is raised (``__main__`` then calls :meth:`write_failure`); the records so far are on disk."""
         self.out.mkdir(parents=True, exist_ok=True)
         self.faults.maybe_crash("warmup")
-        self.peers.checkpoint("warm-up", self.cfg.grace)     # names a missing worker; the warm-up's Idup cannot
+        # until the clock starts, waits are bounded by startup_timeout (a loaded machine is slow to set up)
+        setup = self.cfg.startup_timeout
+        self.peers.checkpoint("warm-up", setup)     # names a missing worker; the warm-up's Idup cannot
         P.warm_up(self.comm, [(buf, i + 1) for i, buf in enumerate(self.send_bufs)],
-                  [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)], self.cfg.grace, self.peers.check)
-        self.peers.checkpoint("clock start", self.cfg.grace)
+                  [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)], setup, self.peers.check)
+        self.peers.checkpoint("clock start", setup)
         self.t0 = time.perf_counter()
         self.writer = RecordWriter(self.out / "records.jsonl")
         try:

@@ -52,7 +52,8 @@ class Worker:
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
-        self.shared = P.open_shared(comm, d, self.length, lambda: peers.checkpoint("shared memory", cfg.grace))
+        self.shared = P.open_shared(comm, d, self.length,
+                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout))
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
         # written once here, so that the page faults of first use do not land in iteration 0
         self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
@@ -68,10 +69,11 @@ class Worker:
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         self.faults.maybe_crash("warmup")
-        self.peers.checkpoint("warm-up", self.cfg.grace)
-        # the master names a missing worker within grace; this worker names the master after twice that
-        P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)], 2 * self.cfg.grace + 1, self.peers.check)
-        self.peers.checkpoint("clock start", self.cfg.grace)    # the master starts its clock after this
+        setup = self.cfg.startup_timeout     # the bound of every wait until the clock starts
+        self.peers.checkpoint("warm-up", setup)
+        # the master names a missing worker within that; this worker names the master after twice that
+        P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)], 2 * setup + 1, self.peers.check)
+        self.peers.checkpoint("clock start", setup)    # the master starts its clock after this
         while True:
             current = self._next_plan()
             if current is None or not self._work(self.plans[current]):

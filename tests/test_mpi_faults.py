@@ -50,6 +50,7 @@ def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
 
 def test_master_stuck_before_the_run_is_named(tmp_path):
     spec = _spec({"name": "sync"}, n=2, iterations=4, grace=1.0)
+    spec["run"]["startup_timeout"] = 2.0
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="0:warmup:hang")
     assert proc.returncode == 1
     assert "warm-up: rank 0 (master) did not answer" in proc.stderr and "rank 0: its process is" in proc.stderr
