@@ -229,16 +229,31 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "fallback_decodes": sum(1 for r in records if r.get("method") == "fallback"),
         "final_loss": losses[-1] if losses else None,
     }
-    ideal = summary["ideal_total_time"]
-    # measured over ideal: 1 on the virtual clock; on MPI, the runtime's overhead
-    summary["overhead_ratio"] = summary["total_time"] / ideal if ideal > 0 else None
-    summary["median_overhead_ratio"] = float(np.median(
-        [(r["end"] - r["start"]) / max(r["ideal_end"] - r["start"], 1e-12) for r in records]))
+    summary.update(overhead_ratios(records, durations))
     if target_loss is not None:
         hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
         summary["target_loss"] = target_loss
         summary["time_to_target"] = hit
     return summary
+
+
+def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray) -> dict[str, Any]:
+    """Measured over ideal time (1 on the virtual clock; on MPI, the runtime's overhead): ``overhead_ratio`` of the
+    totals and ``median_overhead_ratio`` of the iterations. An ideal time of zero (zero injected delay) has no
+    ratio: such iterations are left out (None if all are, with ``overhead_ratio_note`` saying why). Zero means
+    below the round-off of the clock readings it is computed from (1e-12 of the largest ``end``). A tiny positive
+    ideal time gives a huge ratio, and rightly: the overhead is that many times the work emulated."""
+    ideal = np.array([r["ideal_end"] - r["start"] for r in records])
+    floor = 1e-12 * max(abs(r["end"]) for r in records)
+    timed = ideal > floor
+    total, total_ideal = float(records[-1]["end"] - records[0]["start"]), float(ideal.sum())
+    out: dict[str, Any] = {
+        "overhead_ratio": total / total_ideal if total_ideal > floor else None,
+        "median_overhead_ratio": float(np.median(durations[timed] / ideal[timed])) if timed.any() else None}
+    if not timed.all():
+        out["overhead_ratio_note"] = (f"{int((~timed).sum())} of {len(records)} iterations have an ideal time of 0 "
+                                      "(zero injected delay): no ratio for them")
+    return out
 
 
 # --- the driver -----------------------------------------------------------------------------------------------

@@ -58,7 +58,8 @@ RUN_KEYS = {
     "time_budget": "stop when this much (virtual) time is spent",
     "loss_every": "evaluate the full loss every this many iterations",
     "time_scale": "MPI: wall-clock seconds per unit of model time",
-    "grace": "MPI: seconds to wait for unresponsive workers at shutdown",
+    "grace": "MPI: seconds to wait for an answer (a worker, the master, a collective) before naming the rank",
+    "startup_timeout": "MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
     "batch": "samples per partition mini-batch (default: whole partition)",
 }
 CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",

@@ -5,7 +5,8 @@ virtual clock. Launch with ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC
 ``gradcode run SPEC.toml --out DIR``, which builds that command for the installed MPI and prints it).
 
 Modules: ``__main__`` (entry point of every rank, error handling), ``config`` (checks before launch), ``protocol``
-(buffer layouts, tags, polling waits, receive cancellation), ``master`` and ``worker`` (master/worker schemes),
-``allreduce`` (DropCompute, decentralized), ``faults`` (test hooks), ``launch`` (``gradcode run``). Only this package
+(buffer layouts, tags, polling waits, receive cancellation), ``peers`` (checkpoints, liveness and failure reports:
+every wait bounded, every failure named), ``master`` and ``worker`` (master/worker schemes), ``allreduce``
+(DropCompute, decentralized), ``faults`` (test hooks), ``launch`` (``gradcode run``). Only this package
 imports mpi4py.
 """

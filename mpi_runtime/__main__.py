@@ -4,12 +4,17 @@ Rank 0 is the master (or, for a decentralized scheme, a peer with zero contribut
 rank ``i + 1`` is worker ``i``. Every rank loads and validates the spec and builds the scheme, delay model and
 workload itself (deterministic), so nothing but plans, models and messages travel.
 
-Any exception on any rank is printed to stderr with the rank and its role, then ``MPI_Abort`` ends every rank of
-the job at once (no hang); ``python -m mpi4py`` adds the same guarantee for anything that escapes. Exit codes:
-0 success; 0 also when the run completed but unresponsive workers had to be aborted at shutdown (the master's
-``run`` returns True, says so on stderr and in ``summary.json``, and this module calls ``MPI_Abort(0)``: only an
-abort ends a hung rank); 1 a failure inside the job (a crashed rank, a stop rule that cannot hold); 2 a bad spec or
-command line.
+Any exception on any rank is printed to stderr with the rank and its role. On rank 0 the summary is written with
+the error (and the records so far stay), then ``MPI_Abort`` ends every rank of the job at once; a worker reports
+its failure to rank 0 (which names it, writes its summary and aborts) and aborts by itself if rank 0 does not
+within ``grace``. ``python -m mpi4py`` adds the same guarantee for anything that escapes. Every wait is bounded and
+names the rank it waits for (``peers.py``): ``[run] startup_timeout`` until the run clock starts (start-up,
+shared-memory set-up, warm-up), ``[run] grace`` after it.
+
+Exit codes: 0 success; 0 also when the run completed but unresponsive workers had to be aborted at shutdown (the
+master's ``run`` returns True, says so on stderr and in ``summary.json``, and this module calls ``MPI_Abort(0)``:
+only an abort ends a hung rank); 1 a failure inside the job (a crashed rank, a stop rule that cannot hold, a rank
+that stopped answering); 2 a bad spec or command line.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from pathlib import Path
 from mpi4py import MPI
 
 from gradcode.children import die_with_parent
+from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
 
-from .config import load_run
+from . import protocol as P
+from .config import DEFAULT_GRACE, load_run
+from .faults import Faults, check_hooks
+from .peers import MasterLost, Peers, who
 from .protocol import RunFailure, precise_sleep
 
 
@@ -41,35 +50,62 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _role(rank: int) -> str:
-    return "master" if rank == 0 else f"worker {rank - 1}"
+class _Job:
+    """What is known of the run so far: rank 0 writes the summary of a failure with it, at any point."""
+
+    def __init__(self, peers: Peers):
+        self.peers = peers
+        self.out: Path | None = None
+        self.cfg = None
+        self.driver = None
+
+    def write_failure(self, error: str) -> None:
+        """Rank 0: ``summary.json`` with the error (and the records so far, if the run had begun)."""
+        try:
+            if self.driver is not None:
+                self.driver.write_failure(error)
+            elif self.cfg is not None and self.out is not None:
+                self.out.mkdir(parents=True, exist_ok=True)
+                write_summary(self.out, {"iterations": 0, **self.cfg.summary_fields([], error)})
+        except Exception as err:  # noqa: BLE001 - the original error is the one to report
+            print(f"mpi_runtime: rank 0 could not write the summary: {err}", file=sys.stderr, flush=True)
+
+    @property
+    def grace(self) -> float:
+        return DEFAULT_GRACE if self.cfg is None else self.cfg.grace
 
 
-def run(argv: list[str] | None = None) -> bool:
+def run(argv: list[str] | None, job: _Job) -> bool:
     """This rank's part of the job; True if the run completed but hung ranks are left that only an abort ends."""
     args = _parser().parse_args(argv)
     world = MPI.COMM_WORLD
+    job.out = Path(args.out)
     overrides = {k: getattr(args, k) for k in ("iterations", "seed") if getattr(args, k) is not None}
-    cfg = load_run(args.spec, scheme_index=args.scheme, overrides=overrides)
+    cfg = job.cfg = load_run(args.spec, scheme_index=args.scheme, overrides=overrides)
     if world.Get_size() != cfg.workers + 1:
         raise ConfigError(f"the spec has {cfg.workers} workers, so the job needs {cfg.workers + 1} ranks "
                           f"(a master and the workers); it was launched with {world.Get_size()}")
+    check_hooks(world.Get_size(), cfg.iterations)
     scheme, delay, workload = cfg.build()
-    comm = world.Dup()      # our own communicator: nothing else can match our tags
+    faults = Faults(world.Get_rank())
+    faults.maybe_crash("start")
+    job.peers.checkpoint("start-up", cfg.startup_timeout)   # names the ranks that did not start
+    comm = P.dup(world, cfg.startup_timeout, job.peers.check)   # our own communicator: nothing else matches our tags
     precise_sleep()         # every rank emulates times and polls with time.sleep
-    out = Path(args.out)
     if scheme.decentralized:
         from .allreduce import Decentralized
 
-        return Decentralized(comm, cfg, scheme, delay, workload, out).run()
+        job.driver = Decentralized(comm, cfg, scheme, delay, workload, job.out, job.peers, faults)
+        return job.driver.run()
     capacity = max(len(p) for p in scheme.plan(0).parts)
     if comm.Get_rank() == 0:
         from .master import Master
 
-        return Master(comm, cfg, scheme, delay, workload, capacity, out).run()
+        job.driver = Master(comm, cfg, scheme, delay, workload, capacity, job.out, job.peers, faults)
+        return job.driver.run()
     from .worker import Worker
 
-    Worker(comm, cfg, scheme, delay, workload, capacity).run()
+    Worker(comm, cfg, scheme, delay, workload, capacity, job.peers, faults).run()
     return False
 
 
@@ -77,23 +113,30 @@ def main(argv: list[str] | None = None) -> None:
     # a rank whose launcher (MPICH's proxy) is killed ends too, instead of running on as an orphan that keeps
     # writing the run folder (gradcode.children)
     die_with_parent(signal.SIGTERM, os.getppid())
-    rank = MPI.COMM_WORLD.Get_rank()
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    job = _Job(Peers(world))
     try:
-        hung = run(argv)
+        hung = run(argv, job)
     except SystemExit as err:        # argparse: --help or a usage error
         if err.code not in (0, None):
-            MPI.COMM_WORLD.Abort(2)
+            world.Abort(2)
         raise
     except BaseException as err:     # noqa: BLE001 - any error on any rank must end the whole job
         code = 2 if isinstance(err, ConfigError) else 1
         what = "error" if isinstance(err, (ConfigError, RunFailure)) else f"crashed ({type(err).__name__})"
-        print(f"mpi_runtime: rank {rank} ({_role(rank)}) {what}: {err}", file=sys.stderr, flush=True)
+        print(f"mpi_runtime: {who([rank])} {what}: {err}", file=sys.stderr, flush=True)
+        if rank == 0:
+            job.write_failure(str(err) if what == "error" else f"{what}: {err}")
+        elif not isinstance(err, MasterLost):
+            # rank 0 names this rank, writes its summary and aborts the job; abort here if it does not
+            job.peers.report_failure(f"{what}: {err}", patience=job.grace + 1.0)
         time.sleep(0.3)    # let the launcher forward the message before MPI_Abort tears the job down
-        MPI.COMM_WORLD.Abort(code)
+        world.Abort(code)
         return
     if hung:
         # the run is complete and on disk; only MPI_Abort can end the hung ranks
-        MPI.COMM_WORLD.Abort(0)
+        world.Abort(0)
     sys.exit(0)
 
 

@@ -19,7 +19,8 @@ All-Gather completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the s
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so the models of different ranks may drift apart
 by round-off; rank 0's is the one recorded. The loop, the update, the evaluation and the record are
-:class:`gradcode.cluster.Driver`'s.
+:class:`gradcode.cluster.Driver`'s. Every collective is polled and bounded (until the step's emulated end plus
+``[run] grace``); rank 0 then names the ranks that stopped answering (``peers.py``).
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ from gradcode.schemes._base import Schedule
 from . import protocol as P
 from .config import RunConfig
 from .faults import Faults
+from .peers import MasterLost, Peers, who
 from .protocol import RunFailure
 
 INFO = 5   # kept, compute time (model units), overrun, non-finite, wall time when done (time.time)
 
 
 class Decentralized(Driver):
-    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, out: Path | None):
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, out: Path | None, peers: Peers,
+                 faults: Faults):
         super().__init__(scheme, workload, **cfg.run_kwargs())
         self.comm, self.cfg, self.delay = comm, cfg, delay
+        self.peers, self.faults = peers, faults
         self.rank = comm.Get_rank()
         self.recording = self.rank == 0
         self.i = self.rank - 1
@@ -57,34 +61,39 @@ class Decentralized(Driver):
         self.total = np.zeros(self.d + 1)
         self.row = np.zeros(INFO)
         self.rows = np.zeros((comm.Get_size(), INFO))
-        self.faults = Faults(self.rank)
         self.out = out
         self.writer: RecordWriter | None = None
         self.t = 0
+        self.due = 0.0     # wall time (time.time) at which the current step's schedule ends
 
     def run(self) -> bool:
-        """The run (False: nothing is left to abort)."""
+        """The run (False: nothing is left to abort). A failure is raised (``__main__`` then calls
+        :meth:`write_failure` on rank 0); the records so far are on disk."""
         if self.recording:
             self.out.mkdir(parents=True, exist_ok=True)
+        self.faults.maybe_crash("warmup")
+        self.peers.checkpoint("clock start", self.cfg.startup_timeout)
+        if self.recording:
             self.writer = RecordWriter(self.out / "records.jsonl")
-        P.wait(self.comm.Ibarrier())
         self.t0 = time.perf_counter()
         self.step_begin = time.time()
         self.next_start = 0.0
-        error = None
         try:
             super().run()
-        except RunFailure as err:
-            error = str(err)
         finally:
             if self.writer is not None:
                 self.writer.close()
+        self._write_summary(None)
+        return False
+
+    def write_failure(self, error: str) -> None:
+        """The summary of a run that failed at any point, with the error (rank 0)."""
+        self._write_summary(error)
+
+    def _write_summary(self, error: str | None) -> None:
         if self.recording:
             np.save(self.out / "params.npy", self.w)
             write_summary(self.out, {**self.summary(), **self.cfg.summary_fields([], error)})
-        if error is not None:
-            raise RunFailure(error)
-        return False
 
     def now(self) -> float:
         return (time.perf_counter() - self.t0) / self.scale
@@ -97,7 +106,8 @@ class Decentralized(Driver):
         stop = super().finished(rec)
         if self.target_loss is not None or self.time_budget is not None:
             flag = np.array([1.0 if stop else 0.0])
-            self._wait(self.comm.Ibcast(flag, root=0))
+            self.due = time.time()
+            self._wait(self.comm.Ibcast(flag, root=0), "the stop decision (Ibcast)")
             stop = bool(flag[0])
         return stop
 
@@ -116,11 +126,12 @@ class Decentralized(Driver):
             raise RunFailure(f"step {t}: {err} (infinite delay)") from None
         self.send[:] = 0.0
         self.row[:] = 0.0
+        self.due = self.step_begin + schedule.duration * self.scale
         if self.rank > 0:
             self._compute(t, plan, schedule)
-        self._wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM))
+        self._wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM), "the All-Reduce")
         combined = self.scheme.combine_sum(self.total[:self.d], int(round(self.total[self.d])), plan)
-        self._wait(self.comm.Iallgather(self.row, self.rows))
+        self._wait(self.comm.Iallgather(self.row, self.rows), "the All-Gather")
         end = self.next_start = self.now()
         workers = self.rows[1:]
         # every rank starts the next step's emulated schedule at the same instant: when the last worker was done
@@ -130,12 +141,26 @@ class Decentralized(Driver):
                                         schedule=dataclasses.replace(schedule, kept=workers[:, 0]), micro=micro,
                                         combined=combined, **measured)
 
-    def _wait(self, request: MPI.Request) -> None:
+    def _wait(self, request: MPI.Request, what: str) -> None:
+        """Complete a collective, bounded: every rank may be busy until the step's emulated end, then ``grace`` s
+        more. Rank 0 then pings the others and names those that do not answer (a rank answers while it waits in
+        the collective, see :meth:`Peers.check`); the other ranks wait longer, so that rank 0's naming comes first,
+        then name rank 0. A rank that died on this host is named at once."""
+        grace = self.cfg.grace
+        limit = max(self.due - time.time(), 0.0) + grace + (0 if self.rank == 0 else 2 * grace + 1)
         try:
-            P.wait(request, timeout=self.cfg.grace)
+            P.wait(request, timeout=limit, watch=self.peers.check)
+            return
         except TimeoutError:
-            raise RunFailure(f"step {self.t}: a collective did not complete within [run] grace = "
-                             f"{self.cfg.grace:g} s; some rank stopped answering") from None
+            pass
+        where = (f"step {self.t}: {what} did not complete within {limit:g} s ([run] grace = {grace:g} s after the "
+                 "step's emulated end)")
+        if self.rank > 0:
+            raise MasterLost(f"{where}; {who([0])} named no rank that stopped{self.peers.states([0])}")
+        silent = self.peers.ping(list(range(1, self.comm.Get_size())), grace)
+        if not silent:
+            raise RunFailure(f"{where}, though every rank answers")
+        raise RunFailure(f"{where}: {who(silent)} stopped answering{self.peers.states(silent)}")
 
     # --- one worker's chunks --------------------------------------------------------------------------------
     def _compute(self, t: int, plan, schedule: Schedule) -> None:
@@ -147,7 +172,8 @@ class Decentralized(Driver):
         for m in range(int(schedule.started[i])):
             g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.n_parts, plan.batch)[0]
             until = begin + schedule.chunk_end[i, m] * self.scale
-            overrun |= time.time() > until
+            emulated = schedule.chunk_end[i, m] - (schedule.chunk_end[i, m - 1] if m else 0.0)
+            overrun |= emulated > 0 and time.time() > until    # a chunk of zero emulated time has nothing to overrun
             P.sleep_until(until)
             if m < schedule.kept[i]:
                 self.send[:self.d] += g

@@ -3,9 +3,11 @@
 :func:`load_run` reads the spec with :func:`gradcode.spec.load_spec` (which validates every table) and adds the
 checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers = "finish"``
 (what a real worker does: it cannot abandon a message it already sent), ``[run] time_scale`` (wall-clock seconds
-per model time unit) and ``[run] grace`` (seconds). ``gradcode run`` calls it before launching ``mpiexec``, and
-every rank calls it again inside the job: construction is deterministic, so every rank builds the same scheme,
-delay model and workload.
+per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails naming the
+rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading and building
+on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it before launching
+``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every rank builds the
+same scheme, delay model and workload.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
 DEFAULT_GRACE = 10.0        # seconds
+DEFAULT_STARTUP = 60.0      # seconds: imports and building on every rank, on a loaded machine
 
 
 @dataclass
@@ -35,6 +38,7 @@ class RunConfig:
     time_budget: float | None
     time_scale: float
     grace: float
+    startup_timeout: float = DEFAULT_STARTUP
 
     @property
     def workers(self) -> int:
@@ -86,6 +90,8 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
     time_scale = check_float("[run] time_scale", spec.run.get("time_scale", DEFAULT_TIME_SCALE), low=0.0,
                              low_open=True)
     grace = check_float("[run] grace", spec.run.get("grace", DEFAULT_GRACE), low=0.0, low_open=True)
+    startup = check_float("[run] startup_timeout", spec.run.get("startup_timeout", DEFAULT_STARTUP), low=0.0,
+                          low_open=True)
     lr = kwargs.get("lr")
     return RunConfig(
         spec=spec, scheme_index=scheme_index,
@@ -94,5 +100,5 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         loss_every=check_int("[run] loss_every", kwargs.get("loss_every", 1), low=1),
         target_loss=kwargs.get("target_loss"),
         time_budget=kwargs.get("time_budget"),
-        time_scale=time_scale, grace=grace,
+        time_scale=time_scale, grace=grace, startup_timeout=startup,
     )

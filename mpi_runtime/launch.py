@@ -10,11 +10,15 @@ the same MPI as the launcher.
 
 Oversubscription (more ranks than cores, e.g. 9 ranks on a 2-core laptop):
 
-- **MPICH** needs no flag, but busy-polls: ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1`` and
+- **MPICH** needs no flag for it, but busy-polls: ``MPIR_CVAR_CH4_PROGRESS_THROTTLE=1`` and
   ``MPIR_CVAR_POLLS_BEFORE_YIELD=1`` make waiting ranks yield the CPU. Never pass ``--oversubscribe`` to MPICH
   (Hydra mis-parses it and the job hangs).
 - **Open MPI** refuses more ranks than slots unless given ``--oversubscribe``; ``OMPI_MCA_mpi_yield_when_idle=1``
   makes idle ranks yield.
+
+**A dead rank** (MPICH): ``-disable-auto-cleanup`` and a shell around each rank (:data:`SURVIVE_DEATH`) keep Hydra
+from killing the job the moment one process dies, so that the others can name it and rank 0 can write its summary
+(``peers.py``); ``MPI_Abort`` still ends every rank.
 
 Both get ``OPENBLAS_NUM_THREADS=1`` (and the OMP/MKL equivalents) so that ranks sharing cores do not also spawn a
 BLAS thread per core each.
@@ -41,27 +45,70 @@ from gradcode.outdir import FolderLock, writable_folder
 from gradcode.registry import pythonpath
 
 from .config import load_run
+from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
+# A rank that dies must not take the job down with it: the survivors name it, rank 0 writes its summary, then
+# MPI_Abort ends the job (peers.py). Hydra kills the whole job when a process ends on a signal (SIGKILL, SIGSEGV,
+# an OOM kill), even with -disable-auto-cleanup; this shell around each rank turns that into an exit code. It
+# forwards the signals Hydra sends its processes (SIGUSR1 tells MPICH that a peer is gone; SIGTERM) to the rank.
+# A watchdog ends the rank when Hydra's proxy (the shell's parent) is gone: the rank's own parent-death signal
+# (__main__.py) would fire only for this shell, so without it a killed launcher would leave the ranks running.
+SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; p=$PPID; (while kill -0 $p 2>/dev/null; do sleep 1; done; '
+                 'kill -TERM $c 2>/dev/null) & w=$!; trap "kill -USR1 $c 2>/dev/null" USR1; '
+                 'trap "kill -TERM $c 2>/dev/null" TERM; '
+                 'while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || { kill $w 2>/dev/null; exit $s; }; done', "sh"]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
-    """The launcher: ``explicit``, the virtual environment's, ``$MPIEXEC``, or ``mpiexec`` on PATH."""
-    candidates = [explicit, str(Path(sys.executable).parent / "mpiexec"), os.environ.get("MPIEXEC"),
-                  shutil.which("mpiexec"), shutil.which("mpirun")]
-    for c in candidates:
-        if c and (Path(c).is_file() or shutil.which(c)):
+    """The launcher: ``explicit``, the virtual environment's, ``$MPIEXEC``, or ``mpiexec`` on PATH. A launcher the
+    user named (``explicit`` or ``$MPIEXEC``, when it is the one reached) that is not an executable file is an
+    error, never replaced by another one."""
+    if explicit is not None:
+        return _executable(explicit, "--mpiexec")
+    own = Path(sys.executable).parent / "mpiexec"
+    if own.is_file() and os.access(own, os.X_OK):
+        return str(own)
+    if os.environ.get("MPIEXEC"):
+        return _executable(os.environ["MPIEXEC"], "$MPIEXEC")
+    for c in (shutil.which("mpiexec"), shutil.which("mpirun")):
+        if c:
             return c
     raise ConfigError("no mpiexec found: install one with `pip install mpi4py mpich` (or a system MPI and set "
                       "$MPIEXEC)")
+
+
+def _executable(name: str, what: str) -> str:
+    """``name`` if it is an executable file (a path, or a command on PATH); else a :class:`ConfigError`."""
+    path = Path(name) if os.sep in name else (Path(shutil.which(name)) if shutil.which(name) else None)
+    if path is None or not path.exists():
+        where = "no such file" if os.sep in name else "no such command on PATH"
+        raise ConfigError(f"{what} {name}: {where}; give the path of an MPI launcher (mpiexec)")
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ConfigError(f"{what} {name}: not an executable file; give the path of an MPI launcher (mpiexec)")
+    return name
+
+
+def check_hostfile(hostfile: str | None) -> None:
+    """:class:`ConfigError` unless ``hostfile`` (if given) is a readable file: MPICH would only say that it is
+    "unable to parse user arguments"."""
+    if hostfile is None:
+        return
+    path = Path(hostfile)
+    if not path.is_file():
+        raise ConfigError(f"--hostfile {hostfile}: {'not a file' if path.exists() else 'no such file'}")
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"--hostfile {hostfile}: not readable")
 
 
 def mpi_flavor(mpiexec: str) -> str:
     """``'mpich'``, ``'openmpi'`` or ``'unknown'``, from ``mpiexec --version``."""
     try:
         out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+    except subprocess.TimeoutExpired:
         return "unknown"
+    except OSError as err:     # not a program at all (e.g. a text file with the executable bit)
+        raise ConfigError(f"{mpiexec}: cannot run it ({err.strerror}); give the path of an MPI launcher") from None
     text = (out.stdout + out.stderr).lower()
     if "open mpi" in text or "openrte" in text or "prrte" in text:
         return "openmpi"
@@ -93,8 +140,12 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
     cmd = [mpiexec, "-n", str(ranks)]
     if flavor == "openmpi":
         cmd.append("--oversubscribe")
+    if flavor == "mpich":
+        cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
         cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
+    if flavor == "mpich":
+        cmd += SURVIVE_DEATH
     cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
     return cmd + list(extra or [])
 
@@ -102,6 +153,7 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
 def prepare(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str | None = None,
             hostfile: str | None = None, extra: list[str] | None = None) -> tuple[list[str], dict[str, str], str]:
     """``(command, environment, flavor)`` of a job: the launcher found, its flavour, the command line for it."""
+    check_hostfile(hostfile)
     exe = find_mpiexec(mpiexec)
     flavor = mpi_flavor(exe)
     cmd = command(spec, out, ranks, mpiexec=exe, flavor=flavor, hostfile=hostfile, extra=extra)
@@ -116,6 +168,7 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     :mod:`gradcode.children`); its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
+    check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
     with FolderLock(writable_folder(out)) as lock:
         return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
                        mpiexec=mpiexec, timeout=timeout, echo=echo)

@@ -32,8 +32,9 @@ with zero overhead (the begin of that plan plus its emulated time). So ``sum(ide
 time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
 (see ``_ideal``).
 
-**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Receives still
-pending are cancelled (``Cancel``, wait, ``Is_cancelled``; a message that won the race is received and dropped).
+**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK`` (and meet them at
+a checkpoint before the shared window is freed, a collective). Receives still pending are cancelled (``Cancel``,
+wait, ``Is_cancelled``; a message that won the race is received and dropped).
 Workers that never acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True:
 ``__main__`` then aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are
 on disk before the abort).
@@ -42,9 +43,12 @@ The loop, the stop policy, the update, the evaluation and the record are :class:
 class adds how messages move and how the wall clock is read.
 
 **Failures.** If the stop rule can never hold because a worker's model delay is infinite (e.g. ``sync`` with an
-unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason. If no
-message arrives for ``grace`` seconds while the stop rule is unmet (a hung process the model knows nothing of), it
-fails naming the workers it waits for. Either way the records so far are on disk and the job exits non-zero.
+unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason; if it
+cannot hold because every worker has answered (an erasure under ``sync``), at once too, naming the erased workers.
+A worker that reports a failure or whose process is gone (``peers.py``) is named at once; if no message arrives for
+``grace`` seconds while the stop rule is unmet (a hung or stopped process), the master fails naming the workers it
+waits for and their processes' state. Either way the records so far are on disk, ``__main__`` writes the summary
+with the error (:meth:`Master.write_failure`) and the job exits non-zero.
 """
 
 from __future__ import annotations
@@ -62,19 +66,24 @@ from gradcode.cluster import Arrivals, Driver, RecordWriter, SimulationError, ma
 
 from . import protocol as P
 from .config import RunConfig
+from .faults import Faults
+from .peers import Peers, who
 from .protocol import RunFailure
 
 
 class Master(Driver):
-    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, out: Path):
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, out: Path,
+                 peers: Peers, faults: Faults):
         super().__init__(scheme, workload, **cfg.run_kwargs())
         self.comm, self.cfg, self.delay = comm, cfg, delay
+        self.peers, self.faults = peers, faults
         self.capacity = capacity
         self.scale = cfg.time_scale
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
-        self.shared = P.open_shared(comm, d, self.length)
+        self.shared = P.open_shared(comm, d, self.length,
+                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout))
         self.slots = P.ModelSlots(self.shared)
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
@@ -90,6 +99,7 @@ class Master(Driver):
         # wall-clock seconds like the workers' own schedule (the master's model clock stops during evaluations)
         self.expected_free = np.zeros(self.n)
         self.out = out
+        self.writer: RecordWriter | None = None
         self.unwritten: dict[str, Any] | None = None    # the last record, written during the next iteration's wait
         self.t0 = 0.0
         self.off_clock = 0.0     # seconds spent in evaluate so far: not counted by now()
@@ -102,35 +112,47 @@ class Master(Driver):
 
     # --- the run --------------------------------------------------------------------------------------------
     def run(self) -> bool:
-        """The run; True if workers never acknowledged the STOP, so that only ``MPI_Abort`` can end them."""
+        """The run; True if workers never acknowledged the STOP, so that only ``MPI_Abort`` can end them. A failure
+        is raised (``__main__`` then calls :meth:`write_failure`); the records so far are on disk."""
         self.out.mkdir(parents=True, exist_ok=True)
+        self.faults.maybe_crash("warmup")
+        # until the clock starts, waits are bounded by startup_timeout (a loaded machine is slow to set up)
+        setup = self.cfg.startup_timeout
+        self.peers.checkpoint("warm-up", setup)     # names a missing worker; the warm-up's Idup cannot
         P.warm_up(self.comm, [(buf, i + 1) for i, buf in enumerate(self.send_bufs)],
-                  [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)])
-        P.wait(self.comm.Ibarrier())
+                  [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)], setup, self.peers.check)
+        self.peers.checkpoint("clock start", setup)
         self.t0 = time.perf_counter()
-        error = None
-        with RecordWriter(self.out / "records.jsonl") as self.writer:
-            try:
-                super().run()
-            except RunFailure as err:
-                error = str(err)
-            finally:
-                self._write_record()
-        unresponsive = self.shutdown() if error is None else sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
-        if self.shared and error is None and not unresponsive:
-            self.shared.close()     # collective: every worker has acknowledged the STOP
-        np.save(self.out / "params.npy", self.w)
-        write_summary(self.out, {**self.summary(), **self.cfg.summary_fields(unresponsive, error)})
-        if error is not None:
-            raise RunFailure(error)
+        self.writer = RecordWriter(self.out / "records.jsonl")
+        try:
+            super().run()
+        finally:
+            self._write_record()
+            self.writer.close()
+        unresponsive = self.shutdown()
+        if self.shared and not unresponsive:
+            self.peers.checkpoint("shutdown", self.cfg.grace)
+            self.shared.close()     # collective: every worker has acknowledged the STOP and met the checkpoint
+        self._write_summary(unresponsive, None)
         if unresponsive:
             ranks = [i + 1 for i in unresponsive]
             self.log(f"workers {unresponsive} (ranks {ranks}) did not answer within the grace period of "
-                     f"{self.cfg.grace:g} s: aborting them (records and summary are written)")
+                     f"{self.cfg.grace:g} s{self.peers.states(ranks)}: aborting them (records and summary are "
+                     "written)")
             time.sleep(0.3)    # let the launcher forward the message before MPI_Abort
         return bool(unresponsive)
 
+    def write_failure(self, error: str) -> None:
+        """The summary of a run that failed at any point, with the error; the workers that still held a plan are
+        listed as unresponsive."""
+        self._write_summary(sorted(int(i) for i in np.flatnonzero(self.busy >= 0)), error)
+
+    def _write_summary(self, unresponsive: list[int], error: str | None) -> None:
+        np.save(self.out / "params.npy", self.w)
+        write_summary(self.out, {**self.summary(), **self.cfg.summary_fields(unresponsive, error)})
+
     def gather(self, t: int, plan) -> dict[str, Any]:
+        self.faults.maybe_crash(t)
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
@@ -187,7 +209,11 @@ class Master(Driver):
 
     # --- sending and receiving ------------------------------------------------------------------------------
     def _send_plan(self, i: int, t: int, plan) -> None:
-        P.wait(self.send_reqs[i])      # the worker took its previous plan; its buffer is free again
+        try:       # the worker answered its previous plan, so it took it: its buffer is free again
+            P.wait(self.send_reqs[i], timeout=self.cfg.grace, watch=self.peers.check)
+        except TimeoutError:
+            raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.cfg.grace:g} s "
+                             f"([run] grace){self.peers.states([i + 1])}") from None
         message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
                               self.w, self.capacity, self.stamp, self.slot)
         tag = P.data_tag(t)
@@ -214,13 +240,25 @@ class Master(Driver):
                         return responders
             if self.policy.out_of_time(responders, self.now() - start, plan):
                 return responders
+            if not (self.busy >= 0).any():
+                raise RunFailure(self._unmet(t, responders, "every worker has answered and none is computing"))
             if time.perf_counter() - last > self.cfg.grace:
-                waiting = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
-                raise RunFailure(
-                    f"iteration {t}: the stop rule of {self.scheme.name} does not hold after {self.cfg.grace:g} s "
-                    f"without any message ([run] grace); waiting for workers {waiting} "
-                    f"(ranks {[i + 1 for i in waiting]}); responders so far {responders}")
+                raise RunFailure(self._unmet(t, responders, f"no message for {self.cfg.grace:g} s ([run] grace)"))
+            self.peers.check()      # a worker that failed or died: name it now, not after grace
             time.sleep(P.POLL)
+
+    def _unmet(self, t: int, responders: list[int], why: str) -> str:
+        """Why iteration ``t`` cannot end: the workers waited for (and their processes' state), the erasures."""
+        waiting = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
+        ranks = [i + 1 for i in waiting]
+        text = f"iteration {t}: the stop rule of {self.scheme.name} does not hold and {why}; "
+        if waiting:
+            text += f"waiting for workers {waiting} (ranks {ranks}){self.peers.states(ranks)}; "
+        erased = self.stats["erasures"]
+        if erased:
+            text += (f"erasures (non-finite messages, never combined) from workers {erased} "
+                     f"(ranks {[i + 1 for i in erased]}); ")
+        return text + f"responders {responders}"
 
     def _arrivals(self) -> list[int]:
         """Workers whose message completed since the last call, in the order they were sent."""
@@ -301,13 +339,13 @@ class Master(Driver):
         while not acked.all() and time.perf_counter() < limit:
             for i in MPI.Request.Testsome(ack_reqs) or []:
                 acked[i] = True
+                self.peers.forget(i + 1)    # done: it may exit
             MPI.Request.Testsome(self.recv_reqs)    # late results: received and dropped
             time.sleep(P.POLL)
         for i in np.flatnonzero(acked):
             # every result sent before the ACK has been matched: a pending receive can only be cancelled
             P.cancel_receive(self.recv_reqs[i])
-            P.wait(self.send_reqs[i])
-            P.wait(stops[i])
+            P.wait_all([self.send_reqs[i], stops[i]], self.cfg.grace)   # both were received: already complete
         return [int(i) for i in np.flatnonzero(~acked)]
 
     def summary_extras(self) -> dict[str, Any]:

@@ -30,7 +30,8 @@ memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the enviro
 messages, as laid out above.
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
-ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`).
+ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), and the
+runtime bounds each one (a timeout, and a ``watch`` that notices a dead or failed peer: ``peers.py``).
 """
 
 from __future__ import annotations
@@ -140,16 +141,47 @@ def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -
         time.sleep(min(deadline - now, 1e-3))
 
 
-def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None) -> MPI.Status:
+def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None, watch=None) -> MPI.Status:
     """Complete ``request`` by polling (Test + sleep): never spins a core. Raises :class:`TimeoutError` after
-    ``timeout`` seconds (None: wait for ever)."""
+    ``timeout`` seconds (None: wait for ever); ``watch()``, if given, is called between two tests (it raises to
+    end the wait: see :meth:`mpi_runtime.peers.Peers.check`)."""
     status = MPI.Status()
     limit = None if timeout is None else time.perf_counter() + timeout
     while not request.Test(status):
         if limit is not None and time.perf_counter() > limit:
             raise TimeoutError(f"no completion within {timeout:g} s")
+        if watch is not None:
+            watch()
         time.sleep(poll)
     return status
+
+
+def wait_all(requests: list[MPI.Request], timeout: float, watch=None) -> list[int]:
+    """Complete ``requests`` by polling for up to ``timeout`` seconds; the indices of those still pending then
+    (empty: all completed). ``watch`` as in :func:`wait`."""
+    pending = {i for i, r in enumerate(requests) if r != MPI.REQUEST_NULL}
+    limit = time.perf_counter() + timeout
+    while pending:
+        for i in list(pending):
+            if requests[i].Test():
+                pending.discard(i)
+        if not pending or time.perf_counter() > limit:
+            break
+        if watch is not None:
+            watch()
+        time.sleep(POLL)
+    return sorted(pending)
+
+
+def dup(comm: MPI.Comm, timeout: float, watch=None) -> MPI.Comm:
+    """``comm.Dup()`` by its non-blocking form, bounded: :class:`RunFailure` after ``timeout`` seconds."""
+    new, request = comm.Idup()
+    try:
+        wait(request, timeout=timeout, watch=watch)
+    except TimeoutError:
+        raise RunFailure(f"duplicating the communicator did not complete within {timeout:g} s: some rank stopped "
+                         "right after the previous checkpoint") from None
+    return new
 
 
 def cancel_receive(request: MPI.Request) -> bool:
@@ -162,15 +194,20 @@ def cancel_receive(request: MPI.Request) -> bool:
     return bool(status.Is_cancelled())
 
 
-def warm_up(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]], recvs: list[tuple[np.ndarray, int]]) -> None:
+def warm_up(comm: MPI.Comm, sends: list[tuple[np.ndarray, int]], recvs: list[tuple[np.ndarray, int]],
+            timeout: float | None = None, watch=None) -> None:
     """One exchange of the data-path buffers with each peer before the clock starts (collective over ``comm``):
     connections, memory registration and first-touch page faults are paid here instead of in iteration 0. On a
-    duplicate of ``comm``, so that nothing here can match a data tag."""
-    warm = comm.Dup()
+    duplicate of ``comm``, so that nothing here can match a data tag. Bounded by ``timeout`` seconds (None: for
+    ever): :class:`RunFailure` naming the ranks whose exchange did not complete."""
+    limit = math.inf if timeout is None else timeout
+    warm = dup(comm, limit, watch)
     requests = [warm.Irecv(buf, source=peer, tag=0) for buf, peer in recvs]
     requests += [warm.Isend(buf, dest=peer, tag=0) for buf, peer in sends]
-    for request in requests:
-        wait(request)
+    pending = wait_all(requests, limit, watch)
+    if pending:
+        peers = sorted({[peer for _, peer in recvs + sends][i] for i in pending})
+        raise RunFailure(f"warm-up: no exchange with ranks {peers} within {timeout:g} s")
     warm.Free()
 
 
@@ -181,7 +218,7 @@ class SharedMemory:
     :meth:`sync` (``Win.Sync``, a memory barrier) orders a rank's writes before the message that announces them
     and another rank's reads after it."""
 
-    def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int):
+    def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int, barrier=None):
         own = slots * (1 + d) if comm.Get_rank() == 0 else length
         self.win = MPI.Win.Allocate_shared(own * 8, 8, comm=comm)
         rows = self._segment(0).reshape(slots, 1 + d)
@@ -192,7 +229,10 @@ class SharedMemory:
         # first touch here, not in iteration 0: each rank writes its own segment and maps everyone else's
         (rows if comm.Get_rank() == 0 else self.messages[comm.Get_rank() - 1])[...] = -1.0
         self.sync()
-        comm.Barrier()
+        if barrier is None:
+            wait(comm.Ibarrier())
+        else:
+            barrier()      # a bounded one that names a missing rank (Peers.checkpoint)
         self.sync()
         for segment in [rows, *self.messages]:
             segment.sum()
@@ -210,17 +250,18 @@ class SharedMemory:
         self.win.Free()
 
 
-def open_shared(comm: MPI.Comm, d: int, length: int) -> SharedMemory | None:
+def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None) -> SharedMemory | None:
     """The run's shared window (``min(ranks, MODEL_SLOTS)`` model slots: one more than the workers), or None
     (the payloads then travel in the messages) if the ranks span several nodes or ``GRADCODE_MPI_SHARED=0``.
     Collective; every rank comes to the same answer (one node holds all the ranks or none does; the launcher gives
-    every rank the same environment)."""
+    every rank the same environment). ``Split_type`` and ``Allocate_shared`` have no non-blocking form: call this
+    right after a checkpoint; ``barrier`` (default: an unbounded ``Ibarrier``) ends the set-up."""
     if os.environ.get(SHARED_ENV, "1") == "0":
         return None
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     one_node = node.Get_size() == comm.Get_size()
     node.Free()
-    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS)) if one_node else None
+    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier) if one_node else None
 
 
 class ModelSlots:

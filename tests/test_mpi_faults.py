@@ -1,0 +1,222 @@
+"""Faults of an MPI run: every wait is bounded, every failure names its rank, rank 0 keeps its records and writes
+its summary with the error whenever it is alive; bad test hooks and launcher options are errors before the run;
+zero injected delay gives no meaningless ratio and no overrun.
+
+Every job runs in a subprocess with a timeout (``tests/test_mpi.py``'s helpers); small runs, short grace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomli_w
+
+from gradcode.cluster import summarize
+from gradcode.errors import ConfigError
+from mpi_runtime.faults import check_hooks
+from mpi_runtime.launch import find_mpiexec, prepare
+from tests.test_mpi import _records, _run_mpi, _spec
+
+TIMEOUT = 40
+DROP = {"name": "dropcompute", "M": 2, "tau": 3.0, "warmup": 1}
+
+
+def _fault(spec: dict, tmp_path: Path, **env: str):
+    """Run with test hooks; (process, summary or None, seconds)."""
+    tick = time.monotonic()
+    proc, out = _run_mpi(spec, tmp_path, env_extra=env, timeout=TIMEOUT)
+    summary = out / "summary.json"
+    return proc, json.loads(summary.read_text()) if summary.exists() else None, time.monotonic() - tick
+
+
+# --- item 9: a rank that stops before the clock starts -------------------------------------------------------
+@pytest.mark.parametrize("stage, what", [("start", "start-up"), ("warmup", "warm-up")])
+def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
+    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=4, grace=1.0)
+    spec["run"]["startup_timeout"] = 2.0
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:{stage}:hang")
+    assert proc.returncode == 1, proc.stderr
+    assert f"{what}: rank 2 (worker 1) did not arrive" in proc.stderr
+    assert f"{what}: rank 2 (worker 1)" in summary["error"]
+
+
+def test_master_stuck_before_the_run_is_named(tmp_path):
+    spec = _spec({"name": "sync"}, n=2, iterations=4, grace=1.0)
+    spec["run"]["startup_timeout"] = 2.0
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="0:warmup:hang")
+    assert proc.returncode == 1
+    assert "warm-up: rank 0 (master) did not answer" in proc.stderr and "rank 0: its process is" in proc.stderr
+
+
+# --- item 10: crashes name the rank; rank 0 writes its summary ------------------------------------------------
+def test_dead_worker_is_named_and_summary_written(tmp_path):
+    """A worker that ends without a word (a segfault, an OOM kill): the launcher no longer kills the job first."""
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3:exit")
+    assert proc.returncode == 1
+    assert "rank 2 (worker 1) died" in proc.stderr and "BAD TERMINATION" not in proc.stdout + proc.stderr
+    assert "rank 2 (worker 1) died" in summary["error"]
+    assert 3 <= len(_records(tmp_path / "out")) <= 4
+
+
+def test_failed_worker_reason_reaches_the_summary(tmp_path):
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3")
+    assert proc.returncode == 1
+    assert "rank 2 (worker 1) crashed (InjectedCrash)" in proc.stderr
+    assert summary["error"].startswith("rank 2 (worker 1) failed: crashed (InjectedCrash): injected crash")
+
+
+@pytest.mark.parametrize("how", ["", ":exit"])
+def test_master_crash(how, tmp_path):
+    """Crashing the master works: raised, it writes its summary; dead, the workers notice and name it."""
+    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=10)
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"0:3{how}")
+    assert proc.returncode == 1
+    if how:
+        assert "error: rank 0 (master) died: its process is gone" in proc.stderr
+    else:
+        assert "rank 0 (master) crashed (InjectedCrash)" in proc.stderr
+        assert "injected crash" in summary["error"] and len(_records(tmp_path / "out")) == 3
+
+
+@pytest.mark.parametrize("how, said", [(":hang", "rank 2 (worker 1) stopped answering"),
+                                       (":exit", "rank 2 (worker 1) died")])
+def test_dropcompute_names_the_rank_that_stopped(how, said, tmp_path):
+    spec = _spec(dict(DROP), n=3, iterations=6, grace=1.0)
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:2{how}")
+    assert proc.returncode == 1
+    assert said in proc.stderr and said in summary["error"]
+    assert len(_records(tmp_path / "out")) == 2
+
+
+def test_nan_under_sync_names_the_erased_worker_at_once(tmp_path):
+    spec = _spec({"name": "sync"}, n=3, iterations=6, grace=10.0)
+    proc, summary, seconds = _fault(spec, tmp_path, GRADCODE_TEST_NAN="2:3")
+    assert proc.returncode == 1
+    assert "erasures (non-finite messages, never combined) from workers [1] (ranks [2])" in summary["error"]
+    assert seconds < 10, "failed only after grace: nothing could arrive any more"
+
+
+def _rank_pid(spec_path: Path, rank: int) -> int | None:
+    """The pid of ``rank`` of the job started on ``spec_path`` (Linux /proc)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        python = cmd.split(b"\0")[0] != b"sh"     # not the shell around the rank (launch.SURVIVE_DEATH)
+        if python and b"mpi_runtime" in cmd and str(spec_path).encode() in cmd and f"PMI_RANK={rank}".encode() in env:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.parametrize("rank, said", [(2, "rank 0 (master) error: rank 2 (worker 1) died"),
+                                        (0, "error: rank 0 (master) died")])
+def test_sigkill_of_a_rank_is_named(rank, said, tmp_path):
+    """``kill -9`` of a worker (rank 0 names it and writes its summary) or of the master (the workers name it)."""
+    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=400)
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    cmd, env, _ = prepare(path, tmp_path / "out", 4)
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        records = tmp_path / "out" / "records.jsonl"
+        limit = time.monotonic() + 20
+        while not (records.exists() and records.read_text().count("\n") >= 2) and time.monotonic() < limit:
+            time.sleep(0.05)
+        os.kill(_rank_pid(path, rank), signal.SIGKILL)
+        _, stderr = job.communicate(timeout=TIMEOUT)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 1 and said in stderr, stderr
+    if rank:
+        assert "rank 2 (worker 1) died" in json.loads((tmp_path / "out" / "summary.json").read_text())["error"]
+
+
+# --- item 3: hooks that could not fire, and launcher options --------------------------------------------------
+@pytest.mark.parametrize("env, said", [
+    ({"GRADCODE_TEST_CRASH": "9:5"}, "rank 9 is not a rank of this job (0..3"),
+    ({"GRADCODE_TEST_CRASH": "-1:5"}, "rank -1 is not a rank"),
+    ({"GRADCODE_TEST_CRASH": "2:50"}, "iteration 50 is not one of this run's (0..9)"),
+    ({"GRADCODE_TEST_CRASH": "2:x"}, "'2:x' is not RANK:WHEN"),
+    ({"GRADCODE_TEST_CRASH": "2:3:boom"}, "'2:3:boom' is not RANK:WHEN"),
+    ({"GRADCODE_TEST_NAN": "0:3"}, "rank 0 is not a worker rank of this job (1..3"),
+    ({"GRADCODE_TEST_NAN": "4:3"}, "rank 4 is not a worker rank"),
+    ({"GRADCODE_TEST_NAN": "2:3:exit"}, "is not RANK:ITER"),
+])
+def test_hooks_that_cannot_fire_are_errors(env, said):
+    with pytest.raises(ConfigError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        check_hooks(4, 10, environ=env)
+
+
+def test_gradcode_run_rejects_a_hook_before_launch(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(_spec({"name": "sync"}, iterations=3)))
+    proc = subprocess.run([sys.executable, "-m", "gradcode", "run", str(path), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "GRADCODE_TEST_CRASH": "0:9"})
+    assert proc.returncode == 2 and "GRADCODE_TEST_CRASH: iteration 9" in proc.stderr
+    assert "mpiexec" not in proc.stdout
+
+
+def test_explicit_mpiexec_must_exist(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError, match="--mpiexec /nonexistent: no such file"):
+        find_mpiexec("/nonexistent")
+    with pytest.raises(ConfigError, match="no such command on PATH"):
+        find_mpiexec("no-such-mpiexec-here")
+    plain = tmp_path / "mpiexec"
+    plain.write_text("")
+    with pytest.raises(ConfigError, match="not an executable file"):
+        find_mpiexec(str(plain))
+    with pytest.raises(ConfigError, match="not an executable file"):
+        find_mpiexec(str(tmp_path))
+    assert find_mpiexec(str(Path(sys.executable).parent / "mpiexec")).endswith("mpiexec")
+    text = tmp_path / "not-a-program"
+    text.write_text("hello\n")
+    text.chmod(0o755)
+    with pytest.raises(ConfigError, match="cannot run it"):
+        prepare(tmp_path / "s.toml", tmp_path / "o", 2, mpiexec=str(text))
+
+
+def test_hostfile_must_exist(tmp_path):
+    with pytest.raises(ConfigError, match="--hostfile .*missing: no such file"):
+        prepare(tmp_path / "s.toml", tmp_path / "o", 2, hostfile=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="not a file"):
+        prepare(tmp_path / "s.toml", tmp_path / "o", 2, hostfile=str(tmp_path))
+
+
+# --- item 4: zero injected delay --------------------------------------------------------------------------------
+@pytest.mark.parametrize("scheme", [{"name": "fastest_k", "k": 2}, dict(DROP)])
+def test_zero_delay_has_no_ratio_and_no_overrun(scheme, tmp_path):
+    spec = _spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": 0.0})
+    proc, summary, _ = _fault(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert summary["overhead_ratio"] is None and summary["median_overhead_ratio"] is None
+    assert "ideal time of 0" in summary["overhead_ratio_note"]
+    assert summary["overruns"] == 0 and all(r["overruns"] == [] for r in _records(tmp_path / "out"))
+
+
+def test_summarize_leaves_out_iterations_of_zero_ideal_time():
+    def rec(start, end, ideal):
+        return {"scheme": "s", "start": start, "end": end, "ideal_end": start + ideal, "computed": 0.0, "wasted": 0.0,
+                "messages": 0, "residual": None, "loss": None}
+
+    summary = summarize([rec(0.0, 1.0, 0.0), rec(1.0, 3.0, 1.0), rec(3.0, 4.0, 1e-15)])   # 1e-15: round-off
+    assert summary["median_overhead_ratio"] == 2.0 and summary["overhead_ratio"] == pytest.approx(4.0)
+    assert summary["overhead_ratio_note"].startswith("2 of 3 iterations")
+    zero = summarize([rec(0.0, 1.0, 0.0), rec(1.0, 2.0, 0.0)])
+    assert zero["overhead_ratio"] is None and zero["median_overhead_ratio"] is None
+    assert np.isclose(summarize([rec(0.0, 2.0, 1.0)])["median_overhead_ratio"], 2.0)
+    tiny = summarize([rec(0.0, 1.0, 1e-9), rec(1.0, 2.0, 1e-9)])      # tiny, but real: the ratio says so
+    assert tiny["median_overhead_ratio"] == pytest.approx(1e9) and tiny["overhead_ratio"] == pytest.approx(1e9)
