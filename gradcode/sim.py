@@ -85,6 +85,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     if not isinstance(scheme, Scheme):
         raise ConfigError(f"simulate needs a scheme object (see gradcode.make_scheme), got {type(scheme).__name__}")
     delay = make_delay(delay)
+    delay.check_workers(scheme.n)
     workload = None if workload is None else make_workload(workload)
     iterations = check_int("iterations", iterations, low=1)
     seed = check_int("seed", seed, low=0)
