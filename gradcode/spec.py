@@ -92,12 +92,27 @@ def load_spec(source: str | Path | dict) -> Spec:
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"spec file {str(path)!r} does not exist")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        raw = _read_toml(path)
         add_user_dirs(path.parent, Path.cwd())
     return check_spec(raw)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML table of a spec file; a clear error for a file that cannot be read, is not UTF-8 text (a binary
+    file, another encoding) or is not TOML."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"spec file {str(path)!r} cannot be read: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"spec file {str(path)!r} is not a UTF-8 text file (byte {err.start} is not UTF-8); "
+                          "a spec is a TOML file in UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
 
 def check_spec(raw: dict[str, Any]) -> Spec:
@@ -218,7 +233,11 @@ def _named(table: dict, where: str) -> tuple[str, dict]:
     if "name" not in table:
         raise ConfigError(f"{where}: 'name' is missing")
     params = _unlabelled(table)
-    return params.pop("name"), params
+    name = params.pop("name")
+    if not (isinstance(name, str) and name or isinstance(name, type)):   # a class itself: from the Python API
+        raise ConfigError(f"{where}: name must be a string, a registered name or 'package.module:ClassName', "
+                          f"got {name!r}")
+    return name, params
 
 
 def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
