@@ -153,9 +153,8 @@ class Scheme:
 
     @cached_property
     def _unit_load(self) -> np.ndarray:
-        load = np.ones(self.n)
-        load.setflags(write=False)
-        return load
+        # a read-only view of one number: no n-long array (n may be 10^8), and the delay model sees a unit load
+        return np.broadcast_to(np.float64(1.0), (self.n,))
 
     # --- 2. encode ------------------------------------------------------------------------------------------
     def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
