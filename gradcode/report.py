@@ -90,8 +90,12 @@ def read_records(path: Path) -> tuple[list[dict], bool]:
 
 
 def _is_record(rec) -> bool:
-    return isinstance(rec, dict) and isinstance(rec.get("scheme"), str) and all(
-        _is_number(rec.get(key)) for key in RECORD_NUMBERS)
+    return (isinstance(rec, dict) and isinstance(rec.get("scheme"), str)
+            and all(_is_number(rec.get(key)) for key in RECORD_NUMBERS)
+            and all(rec.get(key) is None or _is_number(rec[key]) for key in ("loss", "residual", "grad_error"))
+            and isinstance(rec.get("responders"), list) and all(type(i) is int for i in rec["responders"])
+            and (_is_number(rec.get("load")) or isinstance(rec.get("load"), list)
+                 and all(_is_number(x) for x in rec["load"])))
 
 
 def _is_number(x) -> bool:
@@ -133,6 +137,9 @@ def _run_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     missing = [key for key in META_KEYS if key not in meta]
     if missing:
         return None, f"run.json is damaged (no {', '.join(missing)})"
+    wrong = [key for key in META_KEYS if not isinstance(meta[key], int if key == "seed" else str)]
+    if wrong:
+        return None, f"run.json is damaged ({', '.join(wrong)} of the wrong type)"
     return meta, None
 
 
@@ -154,10 +161,11 @@ def _experiment(folder: Path) -> dict[str, Any]:
     except (OSError, ValueError) as err:   # ValueError: not JSON, or not UTF-8 text
         raise ConfigError(f"{path} is damaged ({type(err).__name__}); rerun `gradcode compare` with the same spec "
                           "and --out to rewrite it") from None
-    if not isinstance(info, dict) or not isinstance(info.get("runs", []), list) or not all(
-            isinstance(r, str) for r in info.get("runs", [])):
-        raise ConfigError(f"{path} is damaged: not an object whose 'runs' is a list of run ids; rerun "
-                          "`gradcode compare` with the same spec and --out to rewrite it")
+    if not isinstance(info, dict) or not all(
+            isinstance(info.get(key, []), list) and all(isinstance(x, str) for x in info.get(key, []))
+            for key in ("runs", "notes", "clusters")):
+        raise ConfigError(f"{path} is damaged: not an object whose 'runs', 'notes' and 'clusters' are lists of "
+                          "strings; rerun `gradcode compare` with the same spec and --out to rewrite it")
     return info
 
 
