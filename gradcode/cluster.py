@@ -183,7 +183,7 @@ def compact_load(load, as_list: bool = True):
     """A record's ``load``: one number when every worker has the same load (the usual plan; an ``n``-long list of
     equal numbers would cost 5 MB a record at ``n = 10^6``), else every worker's load in worker order."""
     load = np.asarray(load, dtype=float)
-    if load.size and np.all(load == load.flat[0]):
+    if load.size and (load.strides == (0,) or np.all(load == load.flat[0])):   # a broadcast number, or equal
         return float(load.flat[0])
     return [float(x) for x in load] if as_list else load
 

@@ -205,7 +205,7 @@ def check_run(run: dict) -> None:
                 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
             raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
         if "seed" in run:   # one of them would be ignored
-            raise ConfigError(f"[run] give either seed (one run) or seeds (a comparison over several), not both; "
+            raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
                               f"got seed = {run['seed']!r} and seeds = {seeds!r}")
 
 
