@@ -46,7 +46,7 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
     One rule for numbers everywhere (:func:`check_float` too): a number must be given as a number. A string
     (``"3"``), a bool (``true`` is not 1) or a float (``2.0``) is refused, never converted.
     """
-    if not _is_number(value) or not isinstance(value, numbers.Integral):
+    if not _is_number(value) or not (isinstance(value, int) or _is_integral(value)):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     value = int(value)
     if low is not None and value < low:
@@ -72,6 +72,16 @@ def check_float(name: str, value, *, low: float | None = None, high: float | Non
     if high is not None and x > high:
         raise ConfigError(f"{name} must be <= {high}, got {x}")
     return x
+
+
+def _is_integral(value) -> bool:
+    # numpy integers are not Python ints but are fine.
+    try:
+        import numpy as np
+
+        return isinstance(value, np.integer)
+    except ImportError:  # pragma: no cover
+        return False
 
 
 def _is_number(value) -> bool:
