@@ -124,9 +124,17 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     arrive = begin + compute + comm
     order = np.argsort(arrive, kind="stable")
     order = order[np.isfinite(arrive[order])]
-    responders = order[:policy.count(order, arrive, start, plan)]
+    responders = order[:policy.count(order, arrive, start, plan)].copy()   # not a view: records keep it
     end = float(arrive[responders[-1]])
-    return Arrivals(start, end, begin, arrive, responders, begin < end)
+    return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))
+
+
+def took_up(begin: np.ndarray, arrive: np.ndarray, end: float) -> np.ndarray:
+    """The workers that took up the plan before the iteration ended at ``end``: those that began before it, and
+    those whose message had arrived by then. The second term matters at zero (or tiny, absorbed by round-off)
+    delays, where everyone begins and answers at the very instant the iteration ends: ``begin < end`` alone would
+    count no message and no work, and the responders' load as negative waste."""
+    return (begin < end) | (arrive <= end)
 
 
 def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
@@ -146,8 +154,9 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
     """The one record of iteration ``t`` (``docs/design.md#records``): times, responders, loads, work, decoding,
     what the cluster ``measured`` besides, the scheme's state, loss and gradient error.
 
-    Timing-only records keep ``responders`` and ``load`` as numpy arrays (``as_lists=False``, written out as lists):
-    at ``n = 10,000`` Python lists would cost more than the simulation itself.
+    Timing-only records keep ``responders`` (and a non-uniform ``load``) as numpy arrays (``as_lists=False``,
+    written out as lists): at ``n = 10,000`` Python lists would cost more than the simulation itself. ``load`` is
+    one number when every worker carries the same load (:func:`compact_load`, read back by :func:`record_load`).
     """
     rec = {
         "scheme": scheme.name,
@@ -156,7 +165,7 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
         "end": end,
         "ideal_end": ideal_end,
         "responders": [int(i) for i in responders] if as_lists else responders,
-        "load": [float(x) for x in load] if as_lists else load,
+        "load": compact_load(load, as_lists),
         "messages": messages,
         "computed": computed,
         "wasted": wasted,
@@ -168,6 +177,21 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
     rec["loss"] = loss
     rec["grad_error"] = grad_error
     return rec
+
+
+def compact_load(load, as_list: bool = True):
+    """A record's ``load``: one number when every worker has the same load (the usual plan; an ``n``-long list of
+    equal numbers would cost 5 MB a record at ``n = 10^6``), else every worker's load in worker order."""
+    load = np.asarray(load, dtype=float)
+    if load.size and (load.strides == (0,) or np.all(load == load.flat[0])):   # a broadcast number, or equal
+        return float(load.flat[0])
+    return [float(x) for x in load] if as_list else load
+
+
+def record_load(rec: dict[str, Any], n: int) -> np.ndarray:
+    """Every worker's load in a record (``n`` workers), whether it was stored as one number or as a list."""
+    load = np.asarray(rec["load"], dtype=float)
+    return np.full(n, float(load)) if load.ndim == 0 else load
 
 
 def jsonable(x):

@@ -9,6 +9,8 @@ it issues a :class:`DecodeFallbackWarning` and the decoding's ``method`` is ``"f
 
 from __future__ import annotations
 
+import numbers
+
 
 class GradcodeError(Exception):
     """Base class of every error gradcode raises on purpose."""
@@ -49,8 +51,12 @@ class DecodeFallbackWarning(UserWarning):
 
 
 def check_int(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
-    """Return ``value`` as an int, or raise :class:`ConfigError` naming ``name`` and the accepted range."""
-    if isinstance(value, bool) or not isinstance(value, (int,)) and not _is_integral(value):
+    """Return ``value`` as an int, or raise :class:`ConfigError` naming ``name`` and the accepted range.
+
+    One rule for numbers everywhere (:func:`check_float` too): a number must be given as a number. A string
+    (``"3"``), a bool (``true`` is not 1) or a float (``2.0``) is refused, never converted.
+    """
+    if not _is_number(value) or not (isinstance(value, int) or _is_integral(value)):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     value = int(value)
     if low is not None and value < low:
@@ -67,12 +73,14 @@ def check_seed(value, name: str = "seed") -> int:
 
 def check_float(name: str, value, *, low: float | None = None, high: float | None = None,
                 low_open: bool = False) -> float:
-    """Return ``value`` as a finite float in range, or raise :class:`ConfigError` naming ``name``."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {value!r}") from None
-    if isinstance(value, bool) or x != x or x in (float("inf"), float("-inf")):
+    """Return ``value`` as a finite float in range, or raise :class:`ConfigError` naming ``name``.
+
+    Ints and floats (numpy's too) are accepted; a string (``"1.5"``) or a bool is not, as in :func:`check_int`.
+    """
+    if not _is_number(value):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    x = float(value)
+    if x != x or x in (float("inf"), float("-inf")):
         raise ConfigError(f"{name} must be a finite number, got {value!r}")
     if low is not None and (x <= low if low_open else x < low):
         raise ConfigError(f"{name} must be {'>' if low_open else '>='} {low}, got {x}")
@@ -140,3 +148,9 @@ def _is_integral(value) -> bool:
         return isinstance(value, np.integer)
     except ImportError:  # pragma: no cover
         return False
+
+
+def _is_number(value) -> bool:
+    """A real number given as one: Python's or numpy's ints and floats, not a string, not a bool."""
+    # numpy registers its scalar types with the ``numbers`` ABCs; ``np.bool_`` is not registered, Python's bool is
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .cluster import record_load
 from .report import scheme_class
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
@@ -154,8 +155,8 @@ def adaptive(runs: list, path: Path) -> None:
 ROLE_COLOURS = {"busy": "tab:green", "waited-for": "tab:red", "wasted": "tab:grey", "idle": "white"}
 
 
-def _roles(rec: dict) -> list[str]:
-    load = np.asarray(rec["load"], dtype=float)
+def _roles(rec: dict, n: int) -> list[str]:
+    load = record_load(rec, n)
     roles = ["wasted" if x > 0 else "idle" for x in load]
     responders = list(rec["responders"])
     for i in responders:
@@ -181,10 +182,11 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
     fig, axes = _panels(plt, len(runs), height=3.4)
     for ax, run in zip(axes[0], runs, strict=False):
         for rec in run.records[:iterations]:
+            n = _workers(run, rec)
             if rec.get("busy") is not None:
-                _exact_bars(ax, rec)
+                _exact_bars(ax, rec, n)
                 continue
-            for worker, role in enumerate(_roles(rec)):
+            for worker, role in enumerate(_roles(rec, n)):
                 ax.barh(worker, rec["end"] - rec["start"], left=rec["start"], color=ROLE_COLOURS[role],
                         edgecolor="black", lw=0.3, height=0.8)
         shown = run.records[:iterations]
@@ -198,10 +200,22 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
     _save(fig, path)
 
 
-def _exact_bars(ax, rec: dict) -> None:
+def _workers(run, rec: dict) -> int:
+    """``n``: the run's (``run.json``), else what the record shows (its per-worker lists, its responders)."""
+    n = run.meta.get("workers")
+    if isinstance(n, int) and n > 0:
+        return n
+    if rec.get("busy") is not None:
+        return len(rec["busy"])
+    if isinstance(rec["load"], list):
+        return len(rec["load"])
+    return max(rec["responders"], default=0) + 1
+
+
+def _exact_bars(ax, rec: dict, n: int) -> None:
     """Bars from the records' per-worker spans (the simulator writes them): each worker's own ``[begin, arrival]``;
     its role (used, the one waited for, wasted) as in :func:`_roles`. A thin line marks the iteration's end."""
-    roles = _roles(rec)
+    roles = _roles(rec, n)
     used = [i for i in rec["responders"] if rec["busy"][i] is not None]
     if used:   # the responder that arrived last ended the iteration
         roles[max(used, key=lambda i: rec["busy"][i][1])] = "waited-for"

@@ -69,17 +69,27 @@ class RunData:
 
 
 # --- reading --------------------------------------------------------------------------------------------------
+# what summarize and the rows read from every record, and from every run.json
+RECORD_NUMBERS = ("start", "end", "ideal_end", "computed", "wasted", "messages")
+META_KEYS = ("run_id", "scheme", "delay", "seed", "cluster", "scheme_name")
+
+
 def read_records(path: Path) -> tuple[list[dict], bool]:
-    """The records of ``records.jsonl``, and whether every line was whole (a cut last line is dropped)."""
+    """The records of ``records.jsonl``, and whether every line was whole: a line that is not JSON (cut short,
+    binary garbage) or not a record (not an object with the numbers a summary needs) is dropped."""
     if not path.is_file():
         return [], False
     records, whole = [], True
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():   # undecodable bytes: that line is damaged
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            rec = json.loads(line)
         except json.JSONDecodeError:
+            rec = None
+        if _is_record(rec):
+            records.append(rec)
+        else:
             whole = False
     return records, whole
 
@@ -108,31 +118,63 @@ def run_problem(run_dir: Path) -> tuple[list[dict], str | None]:
     return records, None
 
 
-def load_runs(folder: Path) -> list[RunData]:
+def _is_record(rec) -> bool:
+    return (isinstance(rec, dict) and isinstance(rec.get("scheme"), str)
+            and all(_is_number(rec.get(key)) for key in RECORD_NUMBERS)
+            and all(rec.get(key) is None or _is_number(rec[key]) for key in ("loss", "residual", "grad_error"))
+            and isinstance(rec.get("responders"), list) and all(type(i) is int for i in rec["responders"])
+            and (_is_number(rec.get("load")) or isinstance(rec.get("load"), list)
+                 and all(_is_number(x) for x in rec["load"])))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def load_runs(folder: Path, skipped: list[str] | None = None) -> list[RunData]:
     """Every run of the experiment in ``folder`` that has records, in the experiment's order. A run folder written
-    for another spec or other inputs than the experiment's (its ``run.json`` fingerprint differs) is left out."""
+    for another spec or other inputs than the experiment's (its ``run.json`` fingerprint differs) is left out; a run
+    that cannot be read (a damaged ``run.json``, no readable record) too, and why is appended to ``skipped``."""
     info = _experiment(folder)
     ids = info.get("runs") or sorted(p.parent.name for p in (folder / "runs").glob("*/run.json"))
     expected = info.get("fingerprints") or {}
     runs = []
     for run_id in ids:
         run_dir = folder / "runs" / run_id
-        meta = _json(run_dir / "run.json")
-        if meta is None or (run_id in expected and meta.get("fingerprint") != expected[run_id]):
+        meta, problem = _run_meta(run_dir / "run.json")
+        if problem is not None:
+            if skipped is not None:
+                skipped.append(f"{run_id}: {problem}")
             continue
+        if run_id in expected and meta.get("fingerprint") != expected[run_id]:
+            continue     # written for another spec or other inputs
         records, problem = run_problem(run_dir)
+        if not records and (run_dir / "records.jsonl").is_file() and problem and "unparsable" in problem:
+            reason = "records.jsonl holds no readable record (damaged)"
+            if skipped is not None:
+                skipped.append(f"{run_id}: {reason}")
+            continue
         if not records:
             continue
         runs.append(RunData(meta, records, problem is None, run_dir, problem))
     return runs
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def _run_meta(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A run's ``run.json``, or why it cannot be used."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):   # ValueError: not JSON, or not UTF-8 text
+        return None, "run.json is damaged (not JSON)"
+    if not isinstance(meta, dict):
+        return None, "run.json is damaged (not a JSON object)"
+    missing = [key for key in META_KEYS if key not in meta]
+    if missing:
+        return None, f"run.json is damaged (no {', '.join(missing)})"
+    wrong = [key for key in META_KEYS if not isinstance(meta[key], int if key == "seed" else str)]
+    if wrong:
+        return None, f"run.json is damaged ({', '.join(wrong)} of the wrong type)"
+    return meta, None
 
 
 def _experiment(folder: Path) -> dict[str, Any]:
@@ -141,7 +183,17 @@ def _experiment(folder: Path) -> dict[str, Any]:
         if not (folder / "runs").is_dir():
             raise ConfigError(f"{folder}: not a results folder of `gradcode compare` (no experiment.json, no runs/)")
         return {}
-    return json.loads(path.read_text())
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError) as err:   # ValueError: not JSON, or not UTF-8 text
+        raise ConfigError(f"{path} is damaged ({type(err).__name__}); rerun `gradcode compare` with the same spec "
+                          "and --out to rewrite it") from None
+    if not isinstance(info, dict) or not all(
+            isinstance(info.get(key, []), list) and all(isinstance(x, str) for x in info.get(key, []))
+            for key in ("runs", "notes", "clusters")):
+        raise ConfigError(f"{path} is damaged: not an object whose 'runs', 'notes' and 'clusters' are lists of "
+                          "strings; rerun `gradcode compare` with the same spec and --out to rewrite it")
+    return info
 
 
 # --- rows -----------------------------------------------------------------------------------------------------
@@ -339,8 +391,8 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     out += ["## Reading", ""] + reading(rows, target) + [""]
     out += ["## MPI vs simulator", ""]
     cross = mpi_vs_sim(rows)
-    out += cross if cross else ["MPI runs are not part of this comparison"
-                                + (f" ({info['notes'][0]})" if info.get("notes") else "") + "."]
+    why = next((n for n in info.get("notes", []) if n.startswith("MPI runs skipped")), None)
+    out += cross if cross else ["MPI runs are not part of this comparison" + (f" ({why})" if why else "") + "."]
     out += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots] + [""]
     out += ["## Definitions", "", _definitions(), ""]
     return "\n".join(out)
@@ -359,9 +411,12 @@ def build_report(folder: str | Path) -> Path:
     folder = Path(folder)
     info = _experiment(folder)
     writable_folder(folder, "results folder")
-    runs = load_runs(folder)
+    skipped: list[str] = []
+    runs = load_runs(folder, skipped)
+    if skipped:   # said in the report, not dropped in silence
+        info = {**info, "notes": list(info.get("notes", [])) + [f"run skipped: {why}" for why in skipped]}
     if not runs:
-        raise ConfigError(f"{folder}: no run has any records yet")
+        raise ConfigError(f"{folder}: no run has any records yet" + "".join(f"; skipped {why}" for why in skipped))
     rows = summary_rows(runs)
     write_summary(folder, rows)
     made = plots.make_all(folder / "plots", runs, rows)

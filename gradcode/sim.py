@@ -45,6 +45,7 @@ from .cluster import (
 )
 from .delays import make_delay
 from .errors import ConfigError, check_float, check_int, check_seed
+from .memory import check_memory
 from .schemes import Scheme
 from .schemes._base import Plan
 from .workloads import make_workload
@@ -85,6 +86,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     if not isinstance(scheme, Scheme):
         raise ConfigError(f"simulate needs a scheme object (see gradcode.make_scheme), got {type(scheme).__name__}")
     delay = make_delay(delay)
+    delay.check_workers(scheme.n)
     workload = None if workload is None else make_workload(workload)
     iterations = check_int("iterations", iterations, low=1)
     seed = check_seed(seed)
@@ -99,6 +101,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
 
     scheme.bind(delay=delay)
     scheme.reset()
+    check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap
     if _vectorizable(scheme, workload, late_workers, time_budget):
         records = _vectorized_timing(scheme, delay, iterations, seed)
         if on_record is not None:
@@ -129,10 +132,15 @@ def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: floa
     return scheme.stop_count() is not None and not math.isfinite(plan.deadline)
 
 
+_BLOCK = 1 << 22   # draws per vectorised block (32 MB per array)
+
+
 def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk: int = 256) -> list[dict]:
-    """Iteration ``t`` lasts ``T_(m:n)`` of its own draws; iterations are sampled and sorted ``chunk`` at a time."""
+    """Iteration ``t`` lasts ``T_(m:n)`` of its own draws; iterations are sampled and sorted ``chunk`` at a time
+    (fewer at large ``n``: a block holds at most ``_BLOCK`` draws)."""
     plan = scheme.plan(0)
     m, n = scheme.stop_count(), scheme.n
+    chunk = max(1, min(chunk, _BLOCK // n))
     records: list[dict] = []
     clock = 0.0
     computed = float(plan.load.sum())
@@ -140,7 +148,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
         T = compute + comm
-        order = np.argsort(T, axis=1, kind="stable")[:, :m]
+        order = np.argsort(T, axis=1, kind="stable")[:, :m].copy()   # records keep m responders, not all n
         kth = np.take_along_axis(T, order[:, -1:], axis=1)[:, 0]
         if not np.all(np.isfinite(kth)):
             raise SimulationError(f"{scheme.name}: the stop rule cannot be met; some workers never answer")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, check_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,12 +93,27 @@ def load_spec(source: str | Path | dict) -> Spec:
         path = Path(source)
         if not path.is_file():
             raise ConfigError(f"spec file {str(path)!r} does not exist")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path}: not valid TOML: {err}") from None
+        raw = _read_toml(path)
         add_user_dirs(path.parent, Path.cwd())
     return check_spec(raw)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML table of a spec file; a clear error for a file that cannot be read, is not UTF-8 text (a binary
+    file, another encoding) or is not TOML."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"spec file {str(path)!r} cannot be read: {err.strerror or err}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"spec file {str(path)!r} is not a UTF-8 text file (byte {err.start} is not UTF-8); "
+                          "a spec is a TOML file in UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
 
 def check_spec(raw: dict[str, Any]) -> Spec:
@@ -109,6 +124,7 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     _check_keys(cluster, CLUSTER_KEYS, "[cluster]")
     if "workers" not in cluster:
         raise ConfigError("[cluster] workers is missing: the number of workers n (int >= 1)")
+    cluster["workers"] = check_int("[cluster] workers (n)", cluster["workers"], low=1)
     if cluster.get("kind", "sim") not in CLUSTER_KINDS:
         raise ConfigError(f"[cluster] kind must be one of {', '.join(CLUSTER_KINDS)}, got {cluster['kind']!r}")
     _check_keys(_table(raw, "experiment"), EXPERIMENT_KEYS, "[experiment]")
@@ -157,24 +173,34 @@ def _check_other_delays(spec: Spec) -> None:
 
     for idx, table in enumerate(spec.delays[1:], start=1):
         try:
-            make_delay(_unlabelled(table))
+            make_delay(_unlabelled(table)).check_workers(spec.workers)
         except ConfigError as err:
             raise ConfigError(f"[[delays]] {idx}: {err}") from None
 
 
+# [run]'s numbers, each checked at load by one rule: (kind, lower bound, bound open?)
+RUN_NUMBERS = {
+    "iterations": ("int", 1, False), "seed": ("int", 0, False), "loss_every": ("int", 1, False),
+    "batch": ("int", 1, False), "lr": ("float", 0.0, False), "target_loss": ("float", None, False),
+    "time_budget": ("float", 0.0, True), "time_scale": ("float", 0.0, True), "grace": ("float", 0.0, True),
+    "startup_timeout": ("float", 0.0, True),
+}
+
+
 def check_run(run: dict) -> None:
-    """Types of the [run] keys that a comparison relies on (the factories check the rest)."""
-    from .errors import check_float, check_int, check_seed
+    """Every [run] key's type and range (``docs``: :data:`RUN_KEYS`), so that nothing fails mid-run."""
+    from .errors import check_float, check_seed
 
     try:
-        if "iterations" in run:
-            check_int("iterations", run["iterations"], low=1)
-        if "seed" in run:
-            check_seed(run["seed"])
-        if "target_loss" in run:
-            check_float("target_loss", run["target_loss"])
-        if "time_budget" in run:
-            check_float("time_budget", run["time_budget"], low=0.0, low_open=True)
+        for key, (kind, low, low_open) in RUN_NUMBERS.items():
+            if key not in run:
+                continue
+            if key == "seed":
+                check_seed(run[key])
+            elif kind == "int":
+                check_int(key, run[key], low=low)
+            else:
+                check_float(key, run[key], low=low, low_open=low_open)
     except ConfigError as err:
         raise ConfigError(f"[run] {err}") from None
     if "seeds" in run:
@@ -182,6 +208,9 @@ def check_run(run: dict) -> None:
         if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
                 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
             raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+        if "seed" in run:   # one of them would be ignored
+            raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
+                              f"got seed = {run['seed']!r} and seeds = {seeds!r}")
 
 
 def _scheme_names() -> list[str]:
@@ -208,7 +237,11 @@ def _named(table: dict, where: str) -> tuple[str, dict]:
     if "name" not in table:
         raise ConfigError(f"{where}: 'name' is missing")
     params = _unlabelled(table)
-    return params.pop("name"), params
+    name = params.pop("name")
+    if not (isinstance(name, str) and name or isinstance(name, type)):   # a class itself: from the Python API
+        raise ConfigError(f"{where}: name must be a string, a registered name or 'package.module:ClassName', "
+                          f"got {name!r}")
+    return name, params
 
 
 def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
@@ -222,6 +255,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
     n = spec.workers
     try:
         delay = make_delay(spec.delay if delay_index == 0 else _unlabelled(spec.delays[delay_index]))
+        delay.check_workers(n)
     except ConfigError as err:
         raise ConfigError(f"[delay] {err}") from None
     workload = None

@@ -124,6 +124,19 @@ class DelayModel:
         """Per-micro-batch compute times ``(T, n, M)``."""
         return self._ppf(uniforms(seed, t_arr, STREAM_MICRO, path, (n, M)))
 
+    # --- the cluster it is used on -----------------------------------------------------------------------------
+    def check_workers(self, n: int) -> None:
+        """Raise :class:`ConfigError` if the model names a worker that a cluster of ``n`` workers does not have
+        (``unresponsive`` or ``persistent`` with ``workers = [99]`` at ``n = 6``): its fault would silently never
+        happen. A cluster calls this once it knows ``n``; :meth:`sample` itself stays prefix-stable in ``n``."""
+        n = check_int("n", n, low=1)
+        for model in self._wrapped():
+            model.check_workers(n)
+
+    def _wrapped(self) -> list[DelayModel]:
+        """The models this one is built from (none here; wrappers name theirs)."""
+        return []
+
     # --- sampling -------------------------------------------------------------------------------------------
     def _comm(self, seed: int, t_arr: np.ndarray, n: int) -> np.ndarray:
         if self.comm_dist == "exponential" and self.comm > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import os
+import warnings
 
 import numpy as np
 
@@ -19,17 +20,28 @@ def shipped_traces() -> list[str]:
     return sorted(p.name[:-4] for p in root.iterdir() if p.name.endswith(".csv"))
 
 
+COLUMNS = ("step", "dp_rank", "stage", "microbatch", "compute_s")
+_EXPECTED = (f"a CSV file whose first line is the header {','.join(COLUMNS)} and whose every other line holds "
+             "those 5 numbers")
+
+
 @functools.lru_cache(maxsize=16)
 def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """``(times[pair, step, microbatch], pairs)`` from a CSV ``step, dp_rank, stage, microbatch,
-    compute_s``."""
+    """``(times[pair, step, microbatch], pairs)`` from a CSV ``step, dp_rank, stage, microbatch, compute_s``.
+
+    A file that is not such a trace is refused without quoting it: the path may name any file (a trace path is
+    user input), and an error message must not echo its content.
+    """
+    _check_header(path)
     try:
-        raw = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"trace {path!r} cannot be read as CSV step,dp_rank,stage,microbatch,compute_s: "
-                          f"{err}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # numpy's "input contained no data": the check below says it
+            raw = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    except (OSError, ValueError):   # numpy's message quotes the offending line: not repeated here
+        raise ConfigError(f"trace {path!r} is not a trace: expected {_EXPECTED}") from None
     if raw.shape[1] != 5 or raw.shape[0] == 0:
-        raise ConfigError(f"trace {path!r} must have the 5 columns step,dp_rank,stage,microbatch,compute_s")
+        raise ConfigError(f"trace {path!r} must have the 5 columns step,dp_rank,stage,microbatch,compute_s "
+                          "and at least one row")
     ints = raw[:, :4].astype(np.int64)
     if np.any(ints != raw[:, :4]):
         raise ConfigError(f"trace {path!r}: step, dp_rank, stage and microbatch must be integers")
@@ -46,6 +58,20 @@ def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, i
         raise ConfigError(f"trace {path!r}: compute_s must be finite and > 0")
     times.setflags(write=False)
     return times, [(int(a), int(b)) for a, b in pairs]
+
+
+def _check_header(path: str) -> None:
+    """The first line names the 5 columns (compared, never echoed)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.readline(4096).decode("utf-8")
+    except OSError as err:
+        raise ConfigError(f"trace {path!r} cannot be read: {err.strerror or type(err).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"trace {path!r} is not a trace (not UTF-8 text): expected {_EXPECTED}") from None
+    names = tuple(x.strip().lower() for x in head.strip().lstrip("\ufeff").split(","))
+    if names != COLUMNS:
+        raise ConfigError(f"trace {path!r} is not a trace (its first line is not the header): expected {_EXPECTED}")
 
 
 class TraceDelay(DelayModel):

@@ -33,6 +33,11 @@ class Wrapper(DelayModel):
         super().__init__(comm=c, comm_dist=d)
         self.components = components
 
+    def _wrapped(self):
+        models = [m for _, m in self.components]
+        base = getattr(self, "base", None)
+        return models + ([base] if isinstance(base, DelayModel) and base not in models else [])
+
     # --- sampling -------------------------------------------------------------------------------------------
     def _adjust(self, times: np.ndarray, seed: int, n: int, path: tuple) -> np.ndarray:
         """Per-worker change of the first component's draws ``times`` (``(T, n)`` or ``(T, n, M)``: axis 1 is
@@ -118,6 +123,11 @@ class PersistentDelay(Wrapper):
                         "slowdown": self.lo if self.lo == self.hi else [self.lo, self.hi],
                         "workers": None if self.workers is None else list(self.workers)}
 
+    def check_workers(self, n):
+        if self.workers is not None:
+            _check_listed(self.name, self.workers, n)
+        super().check_workers(n)
+
     def factors(self, seed: int, n: int) -> np.ndarray:
         """The slowdown factor of each of the ``n`` workers (1 for normal workers) under ``seed``."""
         return self._factors(check_seed(seed), check_int("n", n, low=1), ())
@@ -152,6 +162,9 @@ class _Slowed(DelayModel):
     def __init__(self, base: DelayModel, lo: float, hi: float):
         super().__init__(comm=base.comm, comm_dist=base.comm_dist)
         self.base, self.lo, self.hi = base, lo, hi
+
+    def _wrapped(self):
+        return [self.base]
 
     def _unit_cdf(self, x):
         if self.lo == self.hi:
@@ -265,6 +278,10 @@ class UnresponsiveDelay(Wrapper):
         self.workers = _check_workers("workers", workers)
         self._params = {"base": self.base, "workers": list(self.workers)}
 
+    def check_workers(self, n):
+        _check_listed(self.name, self.workers, n)
+        super().check_workers(n)
+
     def _dead(self, n):
         return [w for w in self.workers if w < n]
 
@@ -307,6 +324,15 @@ def _check_workers(what: str, workers) -> tuple[int, ...]:
     if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
         raise ConfigError(f"{what} must be a list of worker indices (ints >= 0), got {workers!r}")
     return tuple(sorted({check_int(what, w, low=0) for w in workers}))
+
+
+def _check_listed(what: str, workers: tuple[int, ...], n: int) -> None:
+    """Every listed worker exists among the ``n`` of the cluster (else its fault would silently not happen)."""
+    beyond = [w for w in workers if w >= n]
+    if beyond:
+        raise ConfigError(f"{what}: workers = {list(workers)} lists worker{'s' if len(beyond) > 1 else ''} "
+                          f"{', '.join(map(str, beyond))}, but the cluster has n = {n} workers (0..{n - 1}); "
+                          "list only workers of this cluster")
 
 
 def _check_slowdown(slowdown) -> tuple[float, float]:

@@ -19,6 +19,7 @@ scheme returns as a :class:`Schedule` for the clusters to execute, and an All-Re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
@@ -40,13 +41,40 @@ class Plan:
     """
 
     t: int
-    parts: tuple[tuple[int, ...], ...]
+    parts: Sequence[tuple[int, ...]]     # a tuple of tuples, or OwnParts
     n_parts: int
     load: np.ndarray
     batch: int | None = None
     micro_batches: int = 0
     tau: float = float("inf")
     deadline: float = float("inf")
+
+
+class OwnParts(Sequence):
+    """``((0,), (1,), ..., (n-1,))`` without building it: worker ``i`` computes partition ``i``. At ``n = 10^8`` the
+    tuple of tuples would take 8 GB; this takes nothing, and reads, compares and iterates like the tuple."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple((j,) for j in range(self.n)[i])
+        j = range(self.n)[i]   # negative indices and IndexError as a tuple's
+        return (j,)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, OwnParts):
+            return self.n == other.n
+        return isinstance(other, (tuple, list, Sequence)) and len(other) == self.n and tuple(self) == tuple(other)
+
+    __hash__ = None   # like a list: equal to a tuple, so not hashable consistently with it
+
+    def __repr__(self) -> str:
+        return f"OwnParts(n={self.n})"
 
 
 @dataclass
@@ -119,15 +147,14 @@ class Scheme:
         return Plan(t=t, parts=self._own_parts, n_parts=self.n, load=self._unit_load, batch=self.batch)
 
     @cached_property
-    def _own_parts(self) -> tuple[tuple[int, ...], ...]:
+    def _own_parts(self) -> OwnParts:
         """``((0,), (1,), ...)``: worker ``i`` computes partition ``i`` (built once: plans are made every iteration)."""
-        return tuple((i,) for i in range(self.n))
+        return OwnParts(self.n)
 
     @cached_property
     def _unit_load(self) -> np.ndarray:
-        load = np.ones(self.n)
-        load.setflags(write=False)
-        return load
+        # a read-only view of one number: no n-long array (n may be 10^8), and the delay model sees a unit load
+        return np.broadcast_to(np.float64(1.0), (self.n,))
 
     # --- 2. encode ------------------------------------------------------------------------------------------
     def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:

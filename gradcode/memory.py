@@ -1,0 +1,101 @@
+"""Will a run fit in memory? An estimate made before the run, from ``n``, the iterations and what the records hold.
+
+A simulated run holds a few ``n``-long arrays per iteration (draws, arrival times, their order: about 100 bytes a
+worker) and turns a record into a JSON line (its ``n``-long lists as Python objects: about 100 more), and it keeps
+every record: the responders (8 bytes each), a non-uniform ``load`` (8 bytes a worker), and in a training run each
+worker's ``busy`` span (about 130 bytes as Python objects), plus a few copies of the ``n_parts x d`` partial
+gradients. Measured at ``n = 2 * 10^6`` (timing only: 180-230 bytes a worker, plus 8 per responder and iteration),
+the figures below are a little above what was seen. At ``n = 10^8`` the timing-only run needs about 20 GB before
+the first record: :func:`check_memory` refuses it with the figure instead of letting it swap or die in a
+``MemoryError``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+from .errors import ConfigError
+
+WORKING_BYTES = 224        # per worker: one iteration's arrays and the JSON line of its record
+RESPONDER_BYTES = 8        # per responder and record kept
+LOAD_BYTES = 8             # per worker and record, when the load is not the same for every worker
+BUSY_BYTES = 136           # per worker and record of a training run: its [begin, arrival] span
+
+
+def estimate_bytes(scheme, iterations: int, workload=None) -> int:
+    """Bytes a simulated run of ``scheme`` (bound, reset) needs for ``iterations`` iterations, beyond what is
+    already allocated (the workload's data)."""
+    n = scheme.n
+    m = scheme.stop_count() if not scheme.decentralized else None
+    responders = n if m is None else min(n, m)
+    per_record = RESPONDER_BYTES * responders
+    plan = scheme.plan(0)
+    if plan.load.size and (plan.load != plan.load.flat[0]).any() or scheme.decentralized:
+        per_record += LOAD_BYTES * n
+    total = WORKING_BYTES * n
+    if workload is not None:
+        per_record += BUSY_BYTES * n
+        total += 3 * 8 * plan.n_parts * int(workload.dim)   # partial gradients, messages, their combination
+    return int(total + iterations * per_record)
+
+
+def available_bytes() -> tuple[int, str] | None:
+    """Memory this process may still use and where the figure comes from (the smallest of the system's
+    ``MemAvailable``, a cgroup's ``memory.max`` and ``ulimit -v``); None if none can be read."""
+    found = [x for x in (_meminfo(), _cgroup(), _rlimit()) if x is not None]
+    return min(found) if found else None
+
+
+def _meminfo() -> tuple[int, str] | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free physical memory"
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _cgroup() -> tuple[int, str] | None:
+    root = Path("/sys/fs/cgroup")
+    try:
+        limit = (root / "memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        return int(limit) - int((root / "memory.current").read_text()), "the cgroup's memory.max"
+    except (OSError, ValueError):
+        return None
+
+
+def _rlimit() -> tuple[int, str] | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:   # the limit counts the address space already mapped (the interpreter, numpy, scipy)
+        status = Path("/proc/self/status").read_text()
+        used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
+    except (OSError, ValueError, StopIteration):
+        used = 0
+    return soft - used, "ulimit -v (RLIMIT_AS)"
+
+
+def check_memory(scheme, iterations: int, workload=None, *, available: tuple[int, str] | None = None) -> int:
+    """The estimate of :func:`estimate_bytes`; a :class:`ConfigError` with the figures if it exceeds what is
+    available (``available`` overrides :func:`available_bytes`)."""
+    need = estimate_bytes(scheme, iterations, workload)
+    have = available_bytes() if available is None else available
+    if have is not None and need > have[0]:
+        raise ConfigError(
+            f"this run would need about {_gb(need)} of memory (n = {scheme.n} workers, {iterations} iterations: "
+            f"{_gb(WORKING_BYTES * scheme.n)} of per-iteration arrays, the rest for the records kept), but only "
+            f"{_gb(max(have[0], 0))} is available ({have[1]}); use fewer workers or fewer iterations")
+    return need
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f} GB" if x >= 1e8 else f"{x / 1e6:.0f} MB"

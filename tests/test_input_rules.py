@@ -1,0 +1,217 @@
+"""Issue 11: inputs never silently ignored, numbers by one rule, damaged files named, zero delays counted right,
+memory estimated before a run, records compact at large n."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradcode.memory
+from gradcode import make_delay, make_scheme, make_workload, simulate
+from gradcode.cluster import record_load
+from gradcode.errors import ConfigError, check_float, check_int
+from gradcode.harness import compare
+from gradcode.report import build_report
+from gradcode.spec import load_spec
+
+
+def spec(**tables):
+    out = {"cluster": {"workers": 6}, "delay": {"name": "constant"}, "scheme": {"name": "sync"},
+           "run": {"iterations": 2, "seed": 0}}
+    out.update(tables)
+    return out
+
+
+# --- item 3: a listed worker the cluster does not have; seed next to seeds -------------------------------------
+BEYOND = [
+    {"name": "unresponsive", "base": "constant", "workers": [99]},
+    {"name": "unresponsive", "base": "constant", "workers": [0, 6]},
+    {"name": "persistent", "base": "constant", "workers": [7], "slowdown": 2.0},
+    {"name": "mixture", "components": [{"weight": 1, "model": {"name": "unresponsive", "workers": [99]}}]},
+    {"name": "persistent", "base": {"name": "unresponsive", "workers": [99]}, "workers": [0]},
+    {"name": "unresponsive", "base": {"name": "persistent", "workers": [99]}, "workers": [0]},
+]
+
+
+@pytest.mark.parametrize("delay", BEYOND, ids=str)
+def test_listed_workers_beyond_n_are_an_error(delay):
+    for raw in (spec(delay=delay), {**spec(delays=[{"name": "constant"}, delay])}):
+        raw.pop("delay") if "delays" in raw else None
+        with pytest.raises(ConfigError, match=r"n = 6 workers \(0\.\.5\)"):
+            load_spec(raw)
+    with pytest.raises(ConfigError, match="n = 6"):
+        simulate(make_scheme("sync", n=6), make_delay(delay), iterations=2)
+
+
+def test_listed_workers_within_n_still_work():
+    res = simulate(make_scheme("fastest_k", n=6, k=5), make_delay("unresponsive", base="constant", workers=[5]),
+                   iterations=2)
+    assert all(5 not in rec["responders"] for rec in res.records)
+    # the sampling API stays prefix-stable in n: a model may be sampled for fewer workers than it lists
+    assert np.isfinite(make_delay("unresponsive", workers=[99]).sample(0, 0, 6)[0]).all()
+
+
+@pytest.mark.parametrize("run", [{"seed": 1, "seeds": [0, 1]}, {"seed": 0, "seeds": [0]}])
+def test_seed_with_seeds_is_an_error(run):
+    with pytest.raises(ConfigError, match="either seed .* or seeds"):
+        load_spec(spec(run={"iterations": 2, **run}))
+
+
+# --- item 12: one rule for numbers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("key, value", [
+    ("target_loss", "0.05"), ("lr", "0.1"), ("time_budget", "5"), ("time_scale", "0.1"), ("grace", "1"),
+    ("loss_every", "2"), ("batch", "2"), ("iterations", "3"), ("lr", True), ("target_loss", True),
+    ("time_scale", True), ("grace", False), ("time_scale", -1.0), ("grace", 0), ("batch", 0), ("loss_every", 1.5),
+])
+def test_every_run_number_is_checked_at_load(key, value):
+    with pytest.raises(ConfigError, match=rf"\[run\] {key} must be"):
+        load_spec(spec(run={"iterations": 2, "seed": 0, key: value},
+                       workload={"name": "least_squares", "n_samples": 60, "dim": 3}))
+
+
+@pytest.mark.parametrize("table, params", [
+    ("delay", {"name": "pareto", "alpha": "1.5"}), ("delay", {"name": "constant", "comm": "0.1"}),
+    ("delay", {"name": "pareto", "alpha": True}), ("delay", {"name": "persistent", "slowdown": ["1.5", "2"]}),
+    ("scheme", {"name": "coded", "code": "cyclic_mds", "s": 1, "tol": "1e-6"}),
+])
+def test_float_parameters_reject_strings_and_bools(table, params):
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_spec(spec(**{table: params}))
+
+
+def test_one_rule_for_ints_and_floats():
+    for bad in ("1.5", "2", True, False, np.bool_(True), None, [1]):
+        with pytest.raises(ConfigError):
+            check_float("x", bad)
+        with pytest.raises(ConfigError):
+            check_int("x", bad)
+    assert check_float("x", np.float32(0.5)) == 0.5 and check_float("x", 2) == 2.0
+    assert check_int("x", np.int64(3)) == 3
+
+
+# --- item 14: names that are not strings, binary spec files, damaged result files -------------------------------
+@pytest.mark.parametrize("table", [{"name": {"x": 1}}, {"name": ["sync"]}])
+def test_scheme_name_must_be_a_string(table):
+    with pytest.raises(ConfigError, match="name must be a string"):
+        load_spec(spec(scheme=table))
+
+
+@pytest.mark.parametrize("data", [os.urandom(200) + b"\xff", "[cluster]\nworkers = 4\n".encode("utf-16"),
+                                  "[experiment]\nname = 'caf\xe9'\n".encode("latin-1")])
+def test_binary_spec_file_is_a_clear_error(tmp_path, data):
+    path = tmp_path / "spec.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        load_spec(path)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corrupt") / "out"
+    exp = {"cluster": {"workers": 4}, "delay": {"name": "exponential"},
+           "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 2}], "run": {"iterations": 3, "seeds": [0]}}
+    compare(exp, out, progress=False, mpi=(False, "not in this test"))
+    return out
+
+
+def _copy(results: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    folder = tmp_path / "copy"
+    shutil.copytree(results, folder)
+    return folder, sorted((folder / "runs").iterdir())
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", b"\x89\xff\xfe", json.dumps({"runs": 5})])
+def test_report_on_a_damaged_experiment_json_names_it(results, tmp_path, content):
+    folder, _ = _copy(results, tmp_path)
+    path = folder / "experiment.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError, match="experiment.json is damaged"):
+        build_report(folder)
+
+
+@pytest.mark.parametrize("content, why", [("{oops", "not JSON"), ("[]", "not a JSON object"),
+                                          (json.dumps({"run_id": "x"}), "no scheme"), (b"\xff\xfe\x00", "not JSON")])
+def test_report_skips_a_run_with_a_damaged_run_json_and_says_why(results, tmp_path, content, why):
+    folder, runs = _copy(results, tmp_path)
+    (runs[0] / "run.json").write_bytes(content if isinstance(content, bytes) else content.encode())
+    report = build_report(folder).read_text()
+    assert f"run skipped: {runs[0].name}: run.json is damaged ({why}" in report
+    assert len(json.loads((folder / "summary.json").read_text())) == len(runs) - 1
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '{"scheme": "sync"}', '{"a": 1}', "\udcff garbage"])
+def test_report_drops_a_record_line_that_is_not_a_record(results, tmp_path, line):
+    folder, runs = _copy(results, tmp_path)
+    records = runs[0] / "records.jsonl"
+    records.write_text(records.read_text() + line + "\n", errors="surrogateescape")
+    build_report(folder)
+    rows = {r["run_id"]: r for r in json.loads((folder / "summary.json").read_text())}
+    assert rows[runs[0].name]["status"] == "partial" and rows[runs[0].name]["iterations"] == 3
+
+
+def test_report_skips_a_run_without_a_readable_record(results, tmp_path):
+    folder, runs = _copy(results, tmp_path)
+    (runs[0] / "records.jsonl").write_bytes(os.urandom(100).replace(b"\n", b"x"))
+    assert f"run skipped: {runs[0].name}: records.jsonl holds no readable record" in build_report(folder).read_text()
+
+
+# --- item 4: zero and tiny delays -------------------------------------------------------------------------------
+@pytest.mark.parametrize("delay", [{"name": "constant", "value": 0}, {"name": "constant", "value": 5e-324},
+                                   {"name": "constant", "value": 0, "comm": 1e-310}], ids=str)
+@pytest.mark.parametrize("scheme", [{"name": "sync"}, {"name": "fastest_k", "k": 3},
+                                    {"name": "coded", "code": "cyclic_repetition", "s": 2},
+                                    {"name": "adaptive_k_load", "max_batch": 2}], ids=str)
+@pytest.mark.parametrize("late", ["finish", "abandon"])
+def test_zero_delay_records_are_consistent(delay, scheme, late):
+    workload = make_workload({"name": "least_squares", "n_samples": 60, "dim": 3})
+    for wl in (None, workload):
+        res = simulate(make_scheme(**scheme, n=6), delay, wl, iterations=3, late_workers=late)
+        for rec in res.records:
+            used = float(record_load(rec, 6)[list(rec["responders"])].sum())
+            assert rec["messages"] >= len(rec["responders"]) > 0
+            assert rec["computed"] >= used - 1e-12 and rec["wasted"] >= 0
+        assert res.summary["wasted"] >= 0 and res.summary["computed"] > 0
+
+
+# --- item 16: a trace path that is not a trace --------------------------------------------------------------------
+@pytest.mark.parametrize("content", ["user,password\nalice,SECRET123\n", "a,b,c,d,e\n1,2,3,4,SECRET456\n",
+                                     "step,dp_rank,stage,microbatch,compute_s\n0,0,0,0,SECRET789\n",
+                                     "step;dp_rank\nSECRETabc;1\n"])
+def test_trace_error_quotes_nothing_of_the_file(tmp_path, content):
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="not a trace|must have") as err:
+        make_delay("trace", trace=str(path))
+    assert "SECRET" not in str(err.value) and "alice" not in str(err.value)
+
+
+# --- item 15: memory -------------------------------------------------------------------------------------------
+def test_a_run_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
+    monkeypatch.setattr(gradcode.memory, "available_bytes", lambda: (10**9, "a test limit"))
+    with pytest.raises(ConfigError, match=r"need about \d\.\d GB .* only 1\.0 GB is available \(a test limit\)"):
+        simulate(make_scheme("sync", n=10**7), "exponential", iterations=10)
+    simulate(make_scheme("sync", n=10**5), "exponential", iterations=2)   # 22 MB: fits
+
+
+def test_the_estimate_covers_records_kept():
+    small, long = (gradcode.memory.estimate_bytes(make_scheme("sync", n=10**6), it) for it in (1, 1001))
+    assert long - small == 1000 * 8 * 10**6     # the responders of every record kept
+
+
+def test_available_memory_is_read():
+    have = gradcode.memory.available_bytes()
+    assert have is None or have[0] > 0 and isinstance(have[1], str)
+
+
+def test_uniform_load_is_one_number_and_read_back():
+    res = simulate(make_scheme("fastest_k", n=5, k=3), "exponential", iterations=2)
+    assert [rec["load"] for rec in res.records] == [1.0, 1.0]
+    assert record_load(res.records[0], 5).tolist() == [1.0] * 5
+    assert record_load({"load": [1.0, 2.0]}, 2).tolist() == [1.0, 2.0]
+    res = simulate(make_scheme("dropcompute", n=4, M=3, tau=1.0, warmup=0), "exponential", iterations=2)
+    assert any(np.ndim(rec["load"]) == 1 for rec in res.records)   # workers that kept different loads
