@@ -301,23 +301,27 @@ def test_report_into_an_unwritable_folder_is_an_error(reference, tmp_path, monke
 
 
 # --- item 11: MPI rules up front, failures with their reason -------------------------------------------------
-@pytest.mark.parametrize("change, key", [
-    ({"workload": None}, "[workload]"),
-    ({"run": {"time_scale": -1}}, "time_scale"),
-    ({"run": {"grace": 0}}, "grace"),
-    ({"cluster": {"late_workers": "abandon"}}, "late_workers"),
+@pytest.mark.parametrize("change, key, mpi_only", [
+    ({"workload": None}, "[workload]", True),
+    ({"run": {"time_scale": -1}}, "time_scale", False),   # a bad number is refused for every cluster
+    ({"run": {"grace": 0}}, "grace", False),
+    ({"cluster": {"late_workers": "abandon"}}, "late_workers", True),
 ])
 @pytest.mark.parametrize("kind", ["mpi", "both"])
-def test_mpi_rules_are_checked_before_any_run(tmp_path, change, key, kind):
+def test_mpi_rules_are_checked_before_any_run(tmp_path, change, key, mpi_only, kind):
     bad = spec(**MPI_RUN)
     bad["cluster"]["kind"] = kind
     for table, value in change.items():
         bad.pop(table) if value is None else bad[table].update(value)
-    with pytest.raises(ConfigError, match="MPI runs") as err:
+    with pytest.raises(ConfigError, match="MPI runs" if mpi_only else r"\[run\]") as err:
         compare(bad, tmp_path / "out", progress=False, mpi=MPI_OK)
     assert key in str(err.value)
     assert not (tmp_path / "out").exists()
-    assert load_experiment(bad, mpi=NO_MPI).clusters == ["sim"]     # without MPI there is nothing to check
+    if mpi_only:
+        assert load_experiment(bad, mpi=NO_MPI).clusters == ["sim"]     # without MPI there is nothing to check
+    else:
+        with pytest.raises(ConfigError, match=key):
+            load_experiment(bad, mpi=NO_MPI)
 
 
 def test_failed_mpi_runs_are_printed_with_their_reason(tmp_path, monkeypatch):
