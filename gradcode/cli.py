@@ -104,6 +104,7 @@ def _describe(args) -> int:
 
 def _simulate(args) -> int:
     from .cluster import RecordWriter, write_summary
+    from .errors import ConfigError
     from .outdir import FolderLock, writable_folder
     from .sim import simulate
     from .spec import build, load_spec, run_kwargs
@@ -112,6 +113,11 @@ def _simulate(args) -> int:
     if args.workers is not None:
         spec.workers = args.workers
         spec.cluster["workers"] = args.workers
+    if "seeds" in spec.run:      # a comparison's seeds: simulate runs one of them, never silently another
+        if args.seed is None:
+            raise ConfigError(f"[run] seeds = {spec.run['seeds']!r}: `gradcode simulate` runs one seed; give --seed "
+                              "(one of them), or run them all with `gradcode compare`")
+        del spec.run["seeds"]
     for key in ("iterations", "seed"):
         if getattr(args, key) is not None:
             spec.run[key] = getattr(args, key)
