@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 PR_SET_PDEATHSIG = 1           # from <linux/prctl.h>
 STOP_WAIT = 5.0                # seconds a stopped child gets between SIGTERM and SIGKILL
@@ -94,3 +95,33 @@ def _on_sigterm():
         raise _Terminated
 
     return signal.signal(signal.SIGTERM, handler)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` from ``/proc`` (Linux; ``None`` if it is gone or unknown)."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def die_with_grandparent(sig: int = signal.SIGTERM, interval: float = 1.0) -> bool:
+    """Send ``sig`` to this process when its parent loses its own parent (Linux; ``False`` elsewhere).
+
+    An MPI rank runs under a small shell (``mpi_runtime.launch.SURVIVE_DEATH``) under MPICH's proxy: the kernel's
+    parent-death signal (:func:`die_with_parent`) covers the shell, this covers the proxy. A daemon thread looks
+    once per ``interval`` seconds whether the shell's parent is still the one it started with.
+    """
+    parent = os.getppid()
+    grandparent = parent_of(parent)
+    if grandparent is None:
+        return False
+
+    def watch() -> None:
+        while parent_of(parent) == grandparent:
+            time.sleep(interval)
+        os.kill(os.getpid(), sig)
+
+    threading.Thread(target=watch, name="die-with-grandparent", daemon=True).start()
+    return True

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from gradcode.children import die_with_parent
+from gradcode.children import die_with_grandparent, die_with_parent
 from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
 
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     # a rank whose launcher (MPICH's proxy) is killed ends too, instead of running on as an orphan that keeps
     # writing the run folder (gradcode.children)
     die_with_parent(signal.SIGTERM, os.getppid())
+    die_with_grandparent(signal.SIGTERM)     # and when its proxy is killed (the rank runs under a shell)
     world = MPI.COMM_WORLD
     rank = world.Get_rank()
     job = _Job(Peers(world))

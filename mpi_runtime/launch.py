@@ -52,15 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runt
 # MPI_Abort ends the job (peers.py). Hydra kills the whole job when a process ends on a signal (SIGKILL, SIGSEGV,
 # an OOM kill), even with -disable-auto-cleanup; this shell around each rank turns that into an exit code. It
 # forwards the signals Hydra sends its processes (SIGUSR1 tells MPICH that a peer is gone; SIGTERM) to the rank.
-# A watchdog ends the rank when Hydra's proxy (the shell's parent) is gone: the rank's own parent-death signal
-# (__main__.py) would fire only for this shell, so without it a killed launcher would leave the ranks running. Its
-# output goes to /dev/null and it closes the PMI socket: Hydra waits for every holder of a rank's pipes and socket.
-SURVIVE_DEATH = ["sh", "-c",
-                 '"$@" & c=$!; p=$PPID; '
-                 '(${PMI_FD:+eval "exec $PMI_FD>&-"}; while kill -0 $p 2>/dev/null; do sleep 1; done; '
-                 'kill -TERM $c 2>/dev/null) </dev/null >/dev/null 2>&1 & w=$!; '
-                 'trap "kill -USR1 $c 2>/dev/null" USR1; trap "kill -TERM $c 2>/dev/null" TERM; '
-                 'while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || { kill $w 2>/dev/null; exit $s; }; done', "sh"]
+# The rank itself watches that this shell keeps its parent (__main__.py): a killed proxy must not leave ranks running.
+SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; trap "kill -USR1 $c 2>/dev/null" USR1; trap "kill -TERM $c 2>/dev/null" '
+                 'TERM; while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done', "sh"]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:

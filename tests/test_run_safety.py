@@ -362,6 +362,41 @@ def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
     assert len(records[0].read_text().splitlines()) == 60
 
 
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+
+
+@pytest.mark.parametrize("victim", ["proxy", "wrapper"])
+def test_ranks_end_when_their_launcher_dies(tmp_path, victim):
+    """kill -9 of MPICH's proxy (the ranks' launcher) or of one rank's wrapper shell (launch.SURVIVE_DEATH): no
+    rank runs on as an orphan, and nothing is left holding the run folder."""
+    import tomli_w
+
+    run = spec(iterations=400, seeds=[0], time_scale=0.05, grace=2.0)
+    run.pop("experiment")
+    run["schemes"] = [{"name": "sync"}]
+    run["run"]["seed"] = run["run"].pop("seeds")[0]
+    path = tmp_path / "run.toml"
+    path.write_text(tomli_w.dumps(run))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "gradcode", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not (out / "records.jsonl").is_file():
+            time.sleep(0.2)
+        assert (out / "records.jsonl").is_file(), "the MPI run never started"
+        ranks = [p for p in _processes(str(out)) if "mpi_runtime" in _argv(p) and "python" in _argv(p)[0]]
+        assert len(ranks) == 4
+        shell = int(Path(f"/proc/{ranks[1]}/stat").read_text().split()[3])    # the rank's parent: its wrapper
+        proxy = int(Path(f"/proc/{shell}/stat").read_text().split()[3])
+        os.kill(proxy if victim == "proxy" else shell, signal.SIGKILL)
+        assert _wait_dead(ranks, 15) == [], _processes(str(out))
+        proc.wait(timeout=30)       # and the launcher ends (no process holds the job open)
+    finally:
+        proc.kill()
+
+
 # --- Ctrl-C ---------------------------------------------------------------------------------------------------
 def _interrupt(args: list, out: Path, *, group: bool) -> subprocess.CompletedProcess:
     # SIG_DFL: a test run in the background would otherwise hand down an ignored SIGINT
