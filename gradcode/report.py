@@ -149,12 +149,10 @@ def load_runs(folder: Path, skipped: list[str] | None = None) -> list[RunData]:
         if run_id in expected and meta.get("fingerprint") != expected[run_id]:
             continue     # written for another spec or other inputs
         records, problem = run_problem(run_dir)
-        if not records and (run_dir / "records.jsonl").is_file() and problem and "unparsable" in problem:
-            reason = "records.jsonl holds no readable record (damaged)"
-            if skipped is not None:
-                skipped.append(f"{run_id}: {reason}")
-            continue
         if not records:
+            path = run_dir / "records.jsonl"
+            if skipped is not None and path.is_file() and path.read_text(errors="replace").strip():
+                skipped.append(f"{run_id}: records.jsonl holds no readable record (damaged)")
             continue
         runs.append(RunData(meta, records, problem is None, run_dir, problem))
     return runs

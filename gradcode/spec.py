@@ -49,19 +49,24 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
-RUN_KEYS = {
-    "iterations": "number of iterations (int >= 1)",
-    "seed": "seed of the delays, the data and the codes (int >= 0)",
-    "seeds": "a list of seeds (comparisons)",
-    "lr": "step size (default: the workload's)",
-    "target_loss": "stop when the loss reaches this",
-    "time_budget": "stop when this much (virtual) time is spent",
-    "loss_every": "evaluate the full loss every this many iterations",
-    "time_scale": "MPI: wall-clock seconds per unit of model time",
-    "grace": "MPI: seconds to wait for an answer (a worker, the master, a collective) before naming the rank",
-    "startup_timeout": "MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
-    "batch": "samples per partition mini-batch (default: whole partition)",
+# every [run] key: (what it means, its number rule (kind, lower bound, bound open?) checked at load, or None)
+_RUN = {
+    "iterations": ("number of iterations (int >= 1)", ("int", 1, False)),
+    "seed": ("seed of the delays, the data and the codes (int >= 0)", ("int", 0, False)),
+    "seeds": ("a list of seeds (comparisons)", None),
+    "lr": ("step size (default: the workload's)", ("float", 0.0, False)),
+    "target_loss": ("stop when the loss reaches this", ("float", None, False)),
+    "time_budget": ("stop when this much (virtual) time is spent", ("float", 0.0, True)),
+    "loss_every": ("evaluate the full loss every this many iterations", ("int", 1, False)),
+    "time_scale": ("MPI: wall-clock seconds per unit of model time", ("float", 0.0, True)),
+    "grace": ("MPI: seconds to wait for an answer (a worker, the master, a collective) before naming the rank",
+              ("float", 0.0, True)),
+    "startup_timeout": ("MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
+                        ("float", 0.0, True)),
+    "batch": ("samples per partition mini-batch (default: whole partition)", ("int", 1, False)),
 }
+RUN_KEYS = {key: meaning for key, (meaning, _) in _RUN.items()}
+RUN_NUMBERS = {key: rule for key, (_, rule) in _RUN.items() if rule is not None}
 CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",
                 "kind": "'sim', 'mpi' or 'both'"}
 CLUSTER_KINDS = ("sim", "mpi", "both")
@@ -176,15 +181,6 @@ def _check_other_delays(spec: Spec) -> None:
             make_delay(_unlabelled(table)).check_workers(spec.workers)
         except ConfigError as err:
             raise ConfigError(f"[[delays]] {idx}: {err}") from None
-
-
-# [run]'s numbers, each checked at load by one rule: (kind, lower bound, bound open?)
-RUN_NUMBERS = {
-    "iterations": ("int", 1, False), "seed": ("int", 0, False), "loss_every": ("int", 1, False),
-    "batch": ("int", 1, False), "lr": ("float", 0.0, False), "target_loss": ("float", None, False),
-    "time_budget": ("float", 0.0, True), "time_scale": ("float", 0.0, True), "grace": ("float", 0.0, True),
-    "startup_timeout": ("float", 0.0, True),
-}
 
 
 def check_run(run: dict) -> None:
