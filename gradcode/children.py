@@ -97,13 +97,20 @@ def _on_sigterm():
     return signal.signal(signal.SIGTERM, handler)
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid of ``pid`` from ``/proc`` (Linux; ``None`` if it is gone or unknown)."""
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, parent pid, ...); None if it cannot be read
+    (gone, or not Linux). The name is skipped by its last ``)``: it may hold spaces and parentheses."""
     try:
-        stat = open(f"/proc/{pid}/stat").read()
-    except OSError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (Linux; ``None`` if it is gone or unknown)."""
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def die_with_grandparent(sig: int = signal.SIGTERM, interval: float = 1.0) -> bool:

@@ -29,6 +29,8 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
+from gradcode.children import proc_stat
+
 from .protocol import POLL, RunFailure, wait, wait_all
 
 FAIL_TAG = 1          # worker -> rank 0: "I failed" (its own message on stderr says why)
@@ -58,10 +60,8 @@ def who(ranks) -> str:
 def process_state(pid: int) -> str | None:
     """The state letter of process ``pid`` (``'R'``, ``'S'``, ``'T'`` stopped, ...), None if it is gone (or a
     zombie: it exited and waits for its parent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+    fields = proc_stat(pid)
+    if fields is None:
         try:
             os.kill(pid, 0)       # no /proc (not Linux): existence only
         except ProcessLookupError:
@@ -69,7 +69,7 @@ def process_state(pid: int) -> str | None:
         except OSError:
             return "?"
         return "?"
-    return None if state in ("Z", "X") else state
+    return None if fields[0] in ("Z", "X") else fields[0]
 
 
 class Peers:
