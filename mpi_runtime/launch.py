@@ -53,8 +53,12 @@ ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runt
 # an OOM kill), even with -disable-auto-cleanup; this shell around each rank turns that into an exit code. It
 # forwards the signals Hydra sends its processes (SIGUSR1 tells MPICH that a peer is gone; SIGTERM) to the rank.
 # The rank itself watches that this shell keeps its parent (__main__.py): a killed proxy must not leave ranks running.
+# A trapped signal ends ``wait`` early with 128 + its number (138 for SIGUSR1) -- and Hydra sends SIGUSR1 to every
+# rank each time a peer exits, so at the end of every run. That status is not the rank's: once the rank is gone,
+# a second ``wait`` returns its own exit status (the shell keeps it; an unknown pid would give 127).
 SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; trap "kill -USR1 $c 2>/dev/null" USR1; trap "kill -TERM $c 2>/dev/null" '
-                 'TERM; while :; do wait $c; s=$?; kill -0 $c 2>/dev/null || exit $s; done', "sh"]
+                 'TERM; while :; do wait $c; s=$?; kill -0 $c 2>/dev/null && continue; wait $c; t=$?; '
+                 '[ $t -eq 127 ] && exit $s; exit $t; done', "sh"]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:

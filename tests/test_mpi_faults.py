@@ -22,7 +22,7 @@ import tomli_w
 from gradcode.cluster import summarize
 from gradcode.errors import ConfigError
 from mpi_runtime.faults import check_hooks
-from mpi_runtime.launch import find_mpiexec, prepare
+from mpi_runtime.launch import SURVIVE_DEATH, find_mpiexec, prepare
 from tests.test_mpi import _records, _run_mpi, _spec
 
 TIMEOUT = 40
@@ -220,3 +220,38 @@ def test_summarize_leaves_out_iterations_of_zero_ideal_time():
     assert np.isclose(summarize([rec(0.0, 2.0, 1.0)])["median_overhead_ratio"], 2.0)
     tiny = summarize([rec(0.0, 1.0, 1e-9), rec(1.0, 2.0, 1e-9)])      # tiny, but real: the ratio says so
     assert tiny["median_overhead_ratio"] == pytest.approx(1e9) and tiny["overhead_ratio"] == pytest.approx(1e9)
+
+
+# --- the shell around each rank -------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", [0, 3])
+def test_rank_wrapper_reports_the_rank_status_through_sigusr1(code):
+    """Hydra sends SIGUSR1 to every rank each time a peer exits, so signals reach the wrapper shell while its rank
+    is finishing. The trap ends ``wait`` early with 138; the job's exit code must still be the rank's own (CI once
+    failed a complete run with 138). The rank here ignores SIGUSR1 and exits after 30 ms; SIGUSR1 every ms."""
+    rank = ["sh", "-c", f'trap "" USR1; sleep 0.05; exit {code}']
+    for _ in range(20):
+        proc = subprocess.Popen(SURVIVE_DEATH + rank)
+        _wait_for_signal_mask(proc.pid, "SigCgt", signal.SIGUSR1)       # the wrapper's trap is set
+        child = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        _wait_for_signal_mask(int(child[0]), "SigIgn", signal.SIGUSR1)  # and the rank's
+        while proc.poll() is None:
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(0.001)
+        assert proc.wait(5) == code
+
+
+def _wait_for_signal_mask(pid: int, mask: str, sig: int, timeout: float = 10.0) -> None:
+    """Until ``sig`` is in ``pid``'s ``mask`` (``SigCgt`` caught, ``SigIgn`` ignored): before its trap is set, the
+    signal would end the shell."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        if int(next(line for line in lines if line.startswith(mask + ":")).split()[1], 16) >> (sig - 1) & 1:
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"pid {pid}: signal {sig} not in {mask} within {timeout} s")
+
+
+def test_rank_wrapper_reports_a_rank_killed_by_a_signal():
+    proc = subprocess.run(SURVIVE_DEATH + ["sh", "-c", "kill -9 $$"], timeout=10)
+    assert proc.returncode == 128 + signal.SIGKILL
