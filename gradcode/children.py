@@ -65,25 +65,79 @@ class _Terminated(BaseException):
     """``SIGTERM`` received while waiting for a child (turned into an exception so the child is stopped too)."""
 
 
-def run_child(cmd: list[str], *, timeout: float | None = None, **kwargs) -> int:
+class NotStarted(RuntimeError):
+    """The child did not say it had started (``run_child(started=...)``) in time; it was stopped."""
+
+
+def run_child(cmd: list[str], *, timeout: float | None = None, started: tuple[str, float] | None = None,
+              **kwargs) -> int:
     """Run ``cmd`` with :func:`start_child` and wait for it; its exit code.
 
     Whatever ends the wait (``timeout``: :class:`subprocess.TimeoutExpired`; Ctrl-C: ``KeyboardInterrupt``; a
     ``SIGTERM`` to this process, re-raised as ``SystemExit(143)``) stops the child's whole process group first.
+    ``started = (marker, seconds)``: the child's standard output is relayed to ours line by line, and if no line
+    holds ``marker`` within ``seconds`` (the child hangs while starting up) it is stopped and :class:`NotStarted`
+    raised.
     """
+    if started is not None:
+        kwargs["stdout"] = subprocess.PIPE
+    end = None if timeout is None else time.monotonic() + timeout
     proc = start_child(cmd, **kwargs)
+    relay = None if started is None else _Relay(proc.stdout, started[0])
     previous = _on_sigterm()
     try:
-        return proc.wait(timeout)
+        if relay is not None and not relay.wait_marker(proc, started[1]):
+            stop_child(proc)
+            raise NotStarted(f"no sign of start-up within {started[1]:g} s")
+        code = proc.wait(None if end is None else max(0.0, end - time.monotonic()))
+        if relay is not None:
+            relay.join()
+        return code
     except _Terminated:
         stop_child(proc)
         raise SystemExit(128 + signal.SIGTERM) from None
+    except NotStarted:
+        raise
     except BaseException:
         stop_child(proc)
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+class _Relay:
+    """Copies a child's output to ours as it comes (a thread) and notes when a line holds ``marker``."""
+
+    def __init__(self, pipe, marker: str):
+        self.marker = marker.encode()
+        self.seen = threading.Event()
+        self.thread = threading.Thread(target=self._copy, args=(pipe,), name="relay", daemon=True)
+        self.thread.start()
+
+    def _copy(self, pipe) -> None:
+        out = getattr(sys.stdout, "buffer", None)    # a replaced sys.stdout (pytest's capture) may take text only
+        for line in iter(pipe.readline, b""):
+            if out is None:
+                sys.stdout.write(line.decode(errors="replace"))
+            else:
+                out.write(line)
+            sys.stdout.flush()
+            if self.marker in line:
+                self.seen.set()
+
+    def wait_marker(self, proc: subprocess.Popen, seconds: float) -> bool:
+        """True once the marker was seen or the child ended (its exit code tells the rest); False at the limit."""
+        end = time.monotonic() + seconds
+        while not self.seen.wait(0.2):
+            if proc.poll() is not None:
+                return True
+            if time.monotonic() > end:
+                return False
+        return True
+
+    def join(self) -> None:
+        self.thread.join(timeout=5.0)    # the rest of the output; a grandchild holding the pipe cannot block us
 
 
 def _on_sigterm():

@@ -33,7 +33,7 @@ from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
 
 from . import protocol as P
-from .config import DEFAULT_GRACE, load_run
+from .config import DEFAULT_GRACE, STARTED, load_run
 from .faults import Faults, check_hooks
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure, precise_sleep
@@ -90,6 +90,8 @@ def run(argv: list[str] | None, job: _Job) -> bool:
     faults = Faults(world.Get_rank())
     faults.maybe_crash("start")
     job.peers.checkpoint("start-up", cfg.startup_timeout)   # names the ranks that did not start
+    if world.Get_rank() == 0:
+        print(STARTED, flush=True)     # the launcher's start-up watchdog (launch.py) waits for this line
     comm = P.dup(world, cfg.startup_timeout, job.peers.check)   # our own communicator: nothing else matches our tags
     precise_sleep()         # every rank emulates times and polls with time.sleep
     if scheme.decentralized:

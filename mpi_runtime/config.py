@@ -21,6 +21,7 @@ from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
 DEFAULT_GRACE = 10.0        # seconds
+STARTED = "mpi_runtime: every rank has started"   # rank 0 prints it: the launcher stops waiting for start-up
 DEFAULT_STARTUP = 60.0      # seconds: imports and building on every rank, on a loaded machine
 
 

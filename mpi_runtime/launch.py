@@ -39,12 +39,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gradcode.children import run_child
+from gradcode.children import NotStarted, run_child
+from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
 from gradcode.outdir import FolderLock, writable_folder
 from gradcode.registry import pythonpath
 
-from .config import load_run
+from .config import STARTED, load_run
 from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
@@ -185,7 +186,25 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
-        return run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout)
+        return run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
+                         started=(STARTED, startup_bound(cfg)))
     except subprocess.TimeoutExpired:
         echo(f"# the job did not finish within {timeout:g} s and was killed")
         return 124
+    except NotStarted:
+        # every rank hung before its own bounded waits begin (inside MPI_Init or Python's start-up): only the
+        # launcher can see it
+        error = (f"the ranks did not all start within {startup_bound(cfg):g} s (2 x [run] startup_timeout + "
+                 f"{STARTUP_SLACK:g} s): a rank hung in Python's start-up or in MPI_Init; the job was killed")
+        echo(f"# {error}")
+        write_summary(Path(out), {"iterations": 0, **cfg.summary_fields([], error)})
+        return 1
+
+
+STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the Python interpreters
+
+
+def startup_bound(cfg) -> float:
+    """Seconds from launch until rank 0 must have said every rank started: each rank's own start (imports, MPI_Init,
+    building: ``startup_timeout``), then rank 0's wait for the slowest (``startup_timeout`` again), plus slack."""
+    return 2 * cfg.startup_timeout + STARTUP_SLACK

@@ -255,3 +255,24 @@ def _wait_for_signal_mask(pid: int, mask: str, sig: int, timeout: float = 10.0) 
 def test_rank_wrapper_reports_a_rank_killed_by_a_signal():
     proc = subprocess.run(SURVIVE_DEATH + ["sh", "-c", "kill -9 $$"], timeout=10)
     assert proc.returncode == 128 + signal.SIGKILL
+
+
+def test_ranks_hung_in_startup_are_killed_with_the_reason(tmp_path):
+    """Every rank hangs before any code of ours runs (here in Python's start-up, as in a stuck MPI_Init): the ranks'
+    own bounded waits never begin, so the launcher's watchdog must end the job and say why."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import os, time\nwhile 'PMI_RANK' in os.environ:\n    time.sleep(1)\n")
+    spec = _spec({"name": "sync"}, iterations=3)
+    spec["run"]["startup_timeout"] = 1.0
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "gradcode", "run", str(path), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=90, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "did not all start within 12 s" in proc.stdout
+    assert time.monotonic() - start < 60
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert "MPI_Init" in summary["error"] and summary["iterations"] == 0
