@@ -227,7 +227,7 @@ def _units(spec: Spec) -> list[dict[str, Any]]:
         if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
             per_unit = workload.n_samples / scheme.plan(0).n_parts
         out.append({"dim": d, "samples_per_unit": per_unit,
-                    "message_floats": None if d is None else scheme.message_size(d)})
+                    "message_floats": None if d is None else scheme.message_size(d), "work_note": scheme.work_note})
     return out
 
 
@@ -416,11 +416,11 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
 
 
 def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
-    from tqdm import tqdm
+    from .progress import progress_bar
 
     done = sum(is_complete(runs_dir / r.run_id, r) for r in exp.runs)
     failures: list[str] = []
-    with tqdm(total=len(exp.runs), initial=done, unit="run", disable=not progress, desc=exp.name) as bar:
+    with progress_bar(len(exp.runs), initial=done, unit="run", disable=not progress, desc=exp.name) as bar:
         for run in exp.runs:
             bar.set_postfix_str(run.run_id[:60])
             try:
