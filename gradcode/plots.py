@@ -283,8 +283,8 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
     from matplotlib.patches import Patch
 
     fig.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
-               fontsize=7, loc="outside right upper")
-    width = int(fig.get_figwidth() * 13)   # characters of a 10-point title per line, about
+               fontsize=7, loc="outside lower center", ncol=len(ROLE_COLOURS))   # below: the title spans the top
+    width = int(fig.get_figwidth() * 12)   # characters of a 10-point title per line, about
     fig.suptitle("\n".join(textwrap.wrap(timeline_title(first, shown, iterations), width)), fontsize=10)
     _save(fig, path)
 

@@ -41,6 +41,9 @@ class PlainProgress:
         self.disable, self.file = disable, file
         self.postfix = ""
         self._shown = self._step()
+        if initial:   # a resumed job: say how much was done before (tqdm shows it in its first bar)
+            self._line("already done")
+
 
     def _step(self) -> int:
         return self.n * STEPS // self.total if self.total else 0
@@ -55,11 +58,12 @@ class PlainProgress:
     def set_postfix_str(self, s: str) -> None:
         self.postfix = s
 
-    def _line(self) -> None:
+    def _line(self, postfix: str | None = None) -> None:
         if self.disable:
             return
         head = f"{self.desc}: " if self.desc else ""
-        tail = f" ({self.postfix})" if self.postfix else ""
+        postfix = self.postfix if postfix is None else postfix
+        tail = f" ({postfix})" if postfix else ""
         print(f"{head}{self.n}/{self.total} {self.unit}{tail}", file=self.file or sys.stderr, flush=True)
 
     def close(self) -> None:

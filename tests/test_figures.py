@@ -191,6 +191,9 @@ def test_plain_progress_writes_a_line_per_tenth():
         bar.update(1)
     lines = buf.getvalue().splitlines()
     assert len(lines) == 10 and lines[-1] == "x: 1000/1000 it" and "\r" not in buf.getvalue()
+    resumed = io.StringIO()
+    PlainProgress(4, desc="y", unit="run", initial=4, file=resumed)
+    assert resumed.getvalue() == "y: 4/4 run (already done)\n"
     silent = io.StringIO()
     with progress_bar(5, disable=True, file=silent) as off:
         off.update(5)
@@ -252,3 +255,16 @@ def test_report_marks_unequal_work_next_to_the_scheme(tmp_path):
     assert list(work_notes(runs)) == ["drop heavy"]
     rows = json.loads((out / "summary.json").read_text())
     assert table(rows)[-1].startswith("|")   # no notes, no footnote
+
+
+@pytest.mark.parametrize("batch", [None, 4])
+def test_dropcompute_without_dropping_computes_what_sync_computes(tmp_path, batch):
+    """Equal work by default, in samples too: whole partitions (no batch) or mini-batches of ``batch`` samples."""
+    drop = {"name": "dropcompute", "M": 3, "tau": 1e9, "warmup": 0}
+    run = {**SPEC["run"], **({} if batch is None else {"batch": batch * 3})}
+    schemes = [{"name": "sync"}, drop if batch is None else {**drop, "batch": batch}]
+    out = compare({**SPEC, "delays": DELAYS[:1], "schemes": schemes, "run": run}, tmp_path / "out", progress=False,
+                  mpi=NO_MPI)
+    sync, dropcompute = json.loads((out / "summary.json").read_text())
+    assert dropcompute["computed_units"] == pytest.approx(sync["computed_units"])
+    assert dropcompute["samples_computed"] == pytest.approx(sync["samples_computed"])
