@@ -94,7 +94,8 @@ class DropComputeState:
 
 class DropCompute(DecentralizedScheme):
     """DropCompute: ``M`` micro-batches per worker, local threshold ``tau`` (a number, ``"auto"`` or ``None`` for
-    no limit). See the module docstring for the timer semantics and the automatic threshold."""
+    no limit), each micro-batch ``micro_load`` units of work (``None``: ``1/M``, so a step is a sync worker's one
+    unit). See the module docstring for the timer semantics and the automatic threshold."""
 
     name = "dropcompute"
     description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
