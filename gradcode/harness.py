@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 
 from .children import run_child
@@ -224,11 +225,19 @@ def _units(spec: Spec) -> list[dict[str, Any]]:
     for scheme in schemes:
         scheme.bind(delay=delay)
         per_unit = scheme.samples_per_unit
-        if per_unit is None and workload is not None:   # whole partitions: one unit is one partition
-            per_unit = workload.n_samples / scheme.plan(0).n_parts
+        if per_unit is None and workload is not None:
+            per_unit = _partition_samples_per_unit(scheme.plan(0), workload.n_samples)
         out.append({"dim": d, "samples_per_unit": per_unit,
-                    "message_floats": None if d is None else scheme.message_size(d)})
+                    "message_floats": None if d is None else scheme.message_size(d), "work_note": scheme.work_note})
     return out
+
+
+def _partition_samples_per_unit(plan, n_samples: int) -> float:
+    """Whole partitions: the samples worker 0 computes over its load (one partition per unit for the master schemes
+    and the codes; DropCompute's micro-batch partitions are ``micro_load`` units each)."""
+    per_part = n_samples / plan.n_parts
+    load = float(np.asarray(plan.load)[0])
+    return per_part * len(plan.parts[0]) / load if load > 0 else per_part
 
 
 # --- MPI ------------------------------------------------------------------------------------------------------
@@ -416,11 +425,11 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
 
 
 def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
-    from tqdm import tqdm
+    from .progress import progress_bar
 
     done = sum(is_complete(runs_dir / r.run_id, r) for r in exp.runs)
     failures: list[str] = []
-    with tqdm(total=len(exp.runs), initial=done, unit="run", disable=not progress, desc=exp.name) as bar:
+    with progress_bar(len(exp.runs), initial=done, unit="run", disable=not progress, desc=exp.name) as bar:
         for run in exp.runs:
             bar.set_postfix_str(run.run_id[:60])
             try:

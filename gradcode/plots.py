@@ -2,22 +2,26 @@
 
 - ``loss_vs_time.png``: loss against (virtual or wall) time, one line per scheme, one panel per delay model;
 - ``iteration_time_cdf.png``: empirical CDF of the iteration times (all seeds pooled), one panel per delay model;
-- ``tradeoff.png``: samples computed against speedup over sync (mean over seeds), one point per scheme and delay;
+- ``tradeoff.png``: samples computed against speedup over sync (mean over seeds), one point per scheme, one panel
+  per delay model;
 - ``adaptive.png``: ``k``, the per-worker load and DropCompute's ``tau`` against the iteration, for the schemes
-  that adapt them (the class attribute ``Scheme.adapts``);
+  that adapt them (the class attribute ``Scheme.adapts``); not drawn when no scheme adapts anything;
 - ``timeline.png``: the first iterations of a few schemes (the lowest ``Scheme.timeline_rank`` first), one row per
-  worker. Simulated runs record every worker's
+  worker, titled with the cluster, delay model, seed and the schemes shown. Simulated runs record every worker's
   own ``[begin, arrival]`` (``busy``), drawn as is, coloured by role: *busy* (a responder whose message was used),
   *waited-for* (the responder whose arrival ended the iteration), *wasted* (work that was discarded, often running
   on into the next iteration: a late worker finishes it first), *idle*. Records without ``busy`` (MPI runs) hold
   only each iteration's start, end, ordered responders and loads, so there every bar spans the whole iteration and
   only its colour carries the role.
 
-Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise).
+Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise). Panels wrap at
+three per row, and a legend sits outside the axes (one per figure, the same colour per scheme in every panel), so
+neither many delay models nor many schemes make a figure unreadable.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,35 +58,80 @@ def _first_seed(runs: list) -> list:
     return [r for r in runs if r.meta["seed"] == seed]
 
 
-def _panels(plt, count: int, rows: int = 1, height: float = 3.6):
-    fig, axes = plt.subplots(rows, count, figsize=(5.2 * count, height * rows), squeeze=False)
-    return fig, axes
+MAX_COLUMNS = 3   # panels per row: five delay models in one row made a 2340x324 strip
+PANEL = (5.0, 3.8)   # inches per panel (width, height)
+
+
+def _columns(count: int) -> int:
+    """Columns of a grid of ``count`` panels: at most :data:`MAX_COLUMNS`, the rows as evenly filled as possible
+    (4 panels: 2x2, not 3 + 1)."""
+    rows = math.ceil(count / MAX_COLUMNS)
+    return max(1, math.ceil(count / rows)) if count else 1
+
+
+def _grid(plt, count: int, rows_each: int = 1, height: float = PANEL[1]):
+    """A figure of ``count`` panels wrapped at :data:`MAX_COLUMNS` per row, each panel ``rows_each`` axes high;
+    returns the figure and, per panel, its column of axes (unused axes are hidden). Constrained layout keeps room
+    for a legend placed outside the axes (``fig.legend(loc="outside right upper")``)."""
+    cols = _columns(count)
+    blocks = max(1, math.ceil(count / cols))
+    fig, axes = plt.subplots(blocks * rows_each, cols, figsize=(PANEL[0] * cols, height * rows_each * blocks),
+                             squeeze=False, layout="constrained")
+    panels = [[axes[(i // cols) * rows_each + r][i % cols] for r in range(rows_each)] for i in range(count)]
+    for i in range(count, blocks * cols):
+        for r in range(rows_each):
+            axes[(i // cols) * rows_each + r][i % cols].set_visible(False)
+    return fig, panels
+
+
+def _outside_legend(fig, axes: list, **kwargs) -> None:
+    """One legend for the whole figure, right of every axes (it never covers a point), from the entries of
+    ``axes`` (each label once)."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        ncol = 1 if len(entries) <= 16 else 2
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol, **kwargs)
 
 
 def _save(fig, path: Path) -> None:
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=90)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
 
 
+def _palette(labels) -> dict[str, Any]:
+    """One colour per scheme label, the same in every panel (tab10, tab20 beyond ten schemes)."""
+    import matplotlib
+
+    labels = list(dict.fromkeys(labels))
+    cmap = matplotlib.colormaps["tab10" if len(labels) <= 10 else "tab20"]
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
 def loss_vs_time(runs: list, path: Path) -> None:
     plt = _pyplot()
     runs = _first_seed(_shown(runs))
     delays = _delays(runs)
-    fig, axes = _panels(plt, len(delays))
-    for ax, delay in zip(axes[0], delays, strict=False):
+    colour = _palette(r.meta["scheme"] for r in runs)
+    fig, panels = _grid(plt, len(delays))
+    for (ax,), delay in zip(panels, delays, strict=True):
         for run in (r for r in runs if r.meta["delay"] == delay):
             pts = [(rec["end"], rec["loss"]) for rec in run.records if rec.get("loss") is not None]
             if pts:
                 x, y = zip(*pts, strict=True)
-                ax.plot(x, y, label=run.meta["scheme"] + ("" if run.complete else " (partial)"), lw=1.2)
+                ax.plot(x, y, label=run.meta["scheme"] + ("" if run.complete else " (partial)"), lw=1.2,
+                        color=colour[run.meta["scheme"]])
         target = runs[0].meta.get("target_loss")
         if target is not None:
             ax.axhline(target, color="grey", ls=":", lw=1)
         ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="time", ylabel="loss", yscale="log")
-    axes[0][-1].legend(fontsize=7)
+    _outside_legend(fig, [ax for (ax,) in panels])
     _save(fig, path)
 
 
@@ -90,66 +139,87 @@ def iteration_time_cdf(runs: list, path: Path) -> None:
     plt = _pyplot()
     runs = _shown(runs)
     delays = _delays(runs)
-    fig, axes = _panels(plt, len(delays))
-    for ax, delay in zip(axes[0], delays, strict=False):
+    colour = _palette(r.meta["scheme"] for r in runs)
+    fig, panels = _grid(plt, len(delays))
+    for (ax,), delay in zip(panels, delays, strict=True):
         labels = list(dict.fromkeys(r.meta["scheme"] for r in runs if r.meta["delay"] == delay))
         for label in labels:
             d = np.sort([rec["end"] - rec["start"] for r in runs if r.meta["delay"] == delay
                          and r.meta["scheme"] == label for rec in r.records])
-            ax.step(d, np.arange(1, len(d) + 1) / len(d), where="post", label=label, lw=1.2)
+            ax.step(d, np.arange(1, len(d) + 1) / len(d), where="post", label=label, lw=1.2, color=colour[label])
         ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="iteration time", ylabel="CDF", xscale="log")
-    axes[0][-1].legend(fontsize=7)
+    _outside_legend(fig, [ax for (ax,) in panels])
     _save(fig, path)
 
 
 def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
+    """One panel per delay model (wrapped), one point per scheme, one legend of the schemes outside the axes: with
+    many schemes a legend inside covered the points."""
     plt = _pyplot()
     clusters = {r["cluster"] for r in rows}
     rows = [r for r in rows if r["cluster"] == ("sim" if "sim" in clusters else sorted(clusters)[0])]
-    fig, axes = _panels(plt, 1, height=4.5)
-    ax = axes[0][0]
+    delays = list(dict.fromkeys(r["delay"] for r in rows))
+    colour = _palette(r["scheme"] for r in rows)
+    fig, panels = _grid(plt, len(delays), height=4.2)
     use_target = any(r["speedup_target"] is not None for r in rows)
     key = "speedup_target" if use_target else "speedup_iteration"
-    for marker, delay in zip("osD^v<>", dict.fromkeys(r["delay"] for r in rows), strict=False):
-        for label in dict.fromkeys(r["scheme"] for r in rows):
+    for (ax,), delay in zip(panels, delays, strict=True):
+        for marker, label in zip(_MARKERS, colour, strict=False):
             sel = [r for r in rows if r["delay"] == delay and r["scheme"] == label]
             xs = [r[key] for r in sel if r[key] is not None]
             ys = [r["samples_computed"] for r in sel if r["samples_computed"] is not None]
             if xs and ys:
-                ax.scatter(np.mean(xs), np.mean(ys), marker=marker, label=f"{delay}: {label}")
-                ax.annotate(label, (np.mean(xs), np.mean(ys)), fontsize=6, alpha=0.8)
-    ax.axvline(1.0, color="grey", ls=":", lw=1)
-    ax.set(xlabel="speedup over sync (" + ("time to target" if use_target else "mean iteration time") + ")",
-           ylabel="samples computed (incl. wasted)", title="computation vs speedup")
-    ax.legend(fontsize=6, ncol=2)
+                ax.scatter(np.mean(xs), np.mean(ys), marker=marker, color=colour[label], label=label)
+        ax.axvline(1.0, color="grey", ls=":", lw=1)
+        ax.set(xlabel="speedup over sync (" + ("time to target" if use_target else "mean iteration time") + ")",
+               ylabel="samples computed (incl. wasted)", title=f"computation vs speedup: {delay}")
+    _outside_legend(fig, [ax for (ax,) in panels])
     _save(fig, path)
 
 
-ADAPTED = {   # record field -> (row of adaptive.png, its value in one record)
-    "k": (0, lambda rec: rec.get("k")),
-    "load": (1, lambda rec: float(np.mean(rec["load"]))),
-    "tau": (2, lambda rec: np.nan if rec.get("tau") is None or not np.isfinite(rec["tau"]) else rec["tau"]),
+_MARKERS = "osD^v<>pPX*hH8d" * 4   # with the colour, two points of different schemes never look alike
+
+
+ADAPTED = {   # record field -> (its axis label in adaptive.png, its value in one record)
+    "k": ("k", lambda rec: rec.get("k")),
+    "load": ("mean load (units)", lambda rec: float(np.mean(rec["load"]))),
+    "tau": ("tau (inf not drawn)", lambda rec: np.nan if rec.get("tau") is None or not np.isfinite(rec["tau"])
+            else rec["tau"]),
 }
 
 
-def adaptive(runs: list, path: Path) -> None:
-    plt = _pyplot()
+def adapted_fields(runs: list) -> list[str]:
+    """The record fields some run's scheme adapts (``Scheme.adapts``), in :data:`ADAPTED` order; empty when no
+    adaptive scheme ran (then ``adaptive.png`` is not drawn)."""
+    present = {f for r in runs for f in scheme_class(r.meta).adapts}
+    return [f for f in ADAPTED if f in present]
+
+
+def adaptive(runs: list, path: Path) -> bool:
+    """Draw ``adaptive.png``: one column of axes per delay model (wrapped), one row per adapted field; ``False``
+    (nothing written) when no scheme adapts anything."""
     runs = _first_seed(_shown(runs))
+    fields = adapted_fields(runs)
+    if not fields:
+        return False
+    plt = _pyplot()
     delays = _delays(runs)
-    fig, axes = _panels(plt, len(delays), rows=3, height=2.6)
-    for col, delay in enumerate(delays):
+    colour = _palette(r.meta["scheme"] for r in runs)
+    fig, panels = _grid(plt, len(delays), rows_each=len(fields), height=2.6)
+    for column, delay in zip(panels, delays, strict=True):
         for run in (r for r in runs if r.meta["delay"] == delay):
             it = [rec["iteration"] for rec in run.records]
             for field in scheme_class(run.meta).adapts:
-                row, value = ADAPTED[field]
-                axes[row][col].step(it, [value(rec) for rec in run.records], where="post", label=run.meta["scheme"])
-        axes[0][col].set(title=delay, ylabel="k")
-        axes[1][col].set(ylabel="mean load (units)")
-        axes[2][col].set(ylabel="tau (inf not drawn)", xlabel="iteration")
-        for row in axes:
-            if row[col].get_legend_handles_labels()[0]:
-                row[col].legend(fontsize=7)
+                value = ADAPTED[field][1]
+                column[fields.index(field)].step(it, [value(rec) for rec in run.records], where="post",
+                                                 label=run.meta["scheme"], color=colour[run.meta["scheme"]])
+        column[0].set_title(delay)
+        for ax, field in zip(column, fields, strict=True):
+            ax.set(ylabel=ADAPTED[field][0])
+        column[-1].set(xlabel="iteration")
+    _outside_legend(fig, [ax for column in panels for ax in column])
     _save(fig, path)
+    return True
 
 
 ROLE_COLOURS = {"busy": "tab:green", "waited-for": "tab:red", "wasted": "tab:grey", "idle": "white"}
@@ -175,12 +245,29 @@ def _timeline_runs(runs: list, panels: int) -> list:
     return order[:panels]
 
 
+CLUSTER_NAMES = {"sim": "simulated cluster (virtual clock)", "mpi": "MPI cluster (wall clock / time_scale)"}
+
+
+def timeline_title(runs: list, shown: list, iterations: int) -> str:
+    """Which cluster, delay model and seed, and which schemes (of how many) the timeline shows."""
+    meta = shown[0].meta
+    total = len(dict.fromkeys(r.meta["scheme"] for r in runs))
+    cluster = CLUSTER_NAMES.get(meta["cluster"], f"{meta['cluster']} cluster")
+    which = ", ".join(r.meta["scheme"] for r in shown)
+    more = "" if total == len(shown) else f" ({len(shown)} of {total} schemes)"
+    return (f"Timeline, {cluster}, delay {meta['delay']}, seed {meta['seed']}, first {iterations} iterations: "
+            f"{which}{more}")
+
+
 def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> None:
+    import textwrap
+
     plt = _pyplot()
     runs = _first_seed(_shown(runs))
-    runs = _timeline_runs([r for r in runs if r.meta["delay"] == _delays(runs)[0]], panels)
-    fig, axes = _panels(plt, len(runs), height=3.4)
-    for ax, run in zip(axes[0], runs, strict=False):
+    first = [r for r in runs if r.meta["delay"] == _delays(runs)[0]]
+    shown = _timeline_runs(first, panels)
+    fig, grid = _grid(plt, len(shown), height=3.4)
+    for (ax,), run in zip(grid, shown, strict=True):
         for rec in run.records[:iterations]:
             n = _workers(run, rec)
             if rec.get("busy") is not None:
@@ -189,14 +276,16 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
             for worker, role in enumerate(_roles(rec, n)):
                 ax.barh(worker, rec["end"] - rec["start"], left=rec["start"], color=ROLE_COLOURS[role],
                         edgecolor="black", lw=0.3, height=0.8)
-        shown = run.records[:iterations]
-        if shown:   # wasted work can run far past the last iteration shown: cut the view there
-            ax.set_xlim(shown[0]["start"], shown[-1]["end"] + 0.02 * (shown[-1]["end"] - shown[0]["start"]))
+        records = run.records[:iterations]
+        if records:   # wasted work can run far past the last iteration shown: cut the view there
+            ax.set_xlim(records[0]["start"], records[-1]["end"] + 0.02 * (records[-1]["end"] - records[0]["start"]))
         ax.set(title=run.meta["scheme"], xlabel="time", ylabel="worker")
     from matplotlib.patches import Patch
 
-    axes[0][-1].legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
-                       fontsize=7, loc="upper right")
+    fig.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
+               fontsize=7, loc="outside lower center", ncol=len(ROLE_COLOURS))   # below: the title spans the top
+    width = int(fig.get_figwidth() * 12)   # characters of a 10-point title per line, about
+    fig.suptitle("\n".join(textwrap.wrap(timeline_title(first, shown, iterations), width)), fontsize=10)
     _save(fig, path)
 
 
@@ -228,11 +317,15 @@ def _exact_bars(ax, rec: dict, n: int) -> None:
 
 
 def make_all(folder: Path, runs: list, rows: list[dict[str, Any]]) -> list[str]:
-    """Draw every plot into ``folder``; the file names written."""
+    """Draw every plot that has something to show into ``folder``; the file names written. A plot not drawn this
+    time (``adaptive.png`` without an adaptive scheme) is removed if an earlier report left it."""
     folder.mkdir(parents=True, exist_ok=True)
     loss_vs_time(runs, folder / PLOTS[0])
     iteration_time_cdf(runs, folder / PLOTS[1])
     tradeoff(rows, folder / PLOTS[2])
-    adaptive(runs, folder / PLOTS[3])
+    drew_adaptive = adaptive(runs, folder / PLOTS[3])
     timeline(runs, folder / PLOTS[4])
-    return list(PLOTS)
+    written = [p for p in PLOTS if p != PLOTS[3] or drew_adaptive]
+    for name in set(PLOTS) - set(written):
+        (folder / name).unlink(missing_ok=True)
+    return written

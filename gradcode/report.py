@@ -44,6 +44,7 @@ import numpy as np
 
 from .cluster import summarize
 from .errors import ConfigError
+from .numfmt import fmt_ci, fmt_value
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
@@ -281,16 +282,13 @@ def groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[s
     return out
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 1e5 else f"{x:.3e}"
-
-
 def cell(rows: list[dict], key: str) -> str:
+    """Mean ± CI half-width over the rows, to the digits the CI warrants (:func:`gradcode.numfmt.fmt_ci`);
+    ``(j/m)`` when only j of the m rows have a value."""
     values = [r[key] for r in rows if r[key] is not None]
     if not values:
         return "-"
-    mean, half = mean_ci(values)
-    text = _fmt(mean) if half is None else f"{_fmt(mean)} ± {_fmt(half)}"
+    text = fmt_ci(*mean_ci(values))
     return text if len(values) == len(rows) else f"{text} ({len(values)}/{len(rows)})"
 
 
@@ -300,15 +298,29 @@ def _group_mean(rows: list[dict], key: str) -> float | None:
 
 
 # --- report.md ------------------------------------------------------------------------------------------------
-def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The summary table, one line per (cluster, delay, scheme): mean ± 95% CI over seeds."""
+WORK_MARK = "†"   # next to a scheme whose worker-step is not sync's work; the footnote under the table says why
+
+
+def work_notes(runs: list[RunData]) -> dict[str, str]:
+    """Scheme label -> why its worker-step is not the same work as sync's (``run.json`` ``work_note``, from
+    :attr:`gradcode.Scheme.work_note`), for the schemes where the user set it so."""
+    return {r.meta["scheme"]: r.meta["work_note"] for r in runs if r.meta.get("work_note")}
+
+
+def table(rows: list[dict[str, Any]], notes: dict[str, str] | None = None) -> list[str]:
+    """The summary table, one line per (cluster, delay, scheme): mean ± 95% CI over seeds; a scheme with a work
+    note (``notes``: label -> note) is marked, and the notes follow the table."""
+    notes = notes or {}
     head = ["cluster", "delay", "scheme", "seeds"] + [title for _, title in AGGREGATED]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (cluster, delay, scheme), rs in groups(rows).items():
         flag = " (partial)" if any(r["status"] != "complete" for r in rs) else ""
-        cells = [cluster, delay, scheme + flag, str(len(rs))] + [cell(rs, key) for key, _ in AGGREGATED]
+        mark = f" {WORK_MARK}" if scheme in notes else ""
+        cells = [cluster, delay, scheme + mark + flag, str(len(rs))] + [cell(rs, key) for key, _ in AGGREGATED]
         lines.append("| " + " | ".join(cells) + " |")
-    return lines
+    shown = {r["scheme"] for r in rows}
+    footnotes = [f"{WORK_MARK} {label}: {note}." for label, note in notes.items() if label in shown]
+    return lines + ([""] + footnotes if footnotes else [])
 
 
 def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
@@ -326,8 +338,8 @@ def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
             best = min(timed, key=timed.get)
             speed = _group_mean(schemes[best], "speedup_target" if target is not None else "speedup_iteration")
             what = f"time to loss {target:g}" if target is not None else "mean iteration time"
-            parts.append(f"fastest ({what}): {best} ({_fmt(timed[best])}"
-                         + (f", {speed:.2f}x sync" if speed is not None else "") + ");")
+            parts.append(f"fastest ({what}): {best} ({cell(schemes[best], time_key)}"
+                         + (f", {fmt_value(speed)}x sync" if speed is not None else "") + ");")
         else:
             parts.append("no scheme reached the target loss in every seed;")
         for key, what in (("samples_computed", "least computation"), ("bytes", "least communication")):
@@ -335,7 +347,7 @@ def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
             vals = {s: v for s, v in vals.items() if v is not None}
             if vals:
                 best = min(vals, key=vals.get)
-                parts.append(f"{what}: {best} ({_fmt(vals[best])} {key.split('_')[0]});")
+                parts.append(f"{what}: {best} ({cell(schemes[best], key)} {key.split('_')[0]});")
         lines.append(" ".join(parts))
     return lines
 
@@ -360,7 +372,8 @@ def mpi_vs_sim(rows: list[dict[str, Any]]) -> list[str]:
         mpi_t, sim_t, over = (float(np.mean(col)) for col in zip(*vals, strict=True))
         ratio = mpi_t / sim_t if sim_t > 0 else float("nan")
         ok = "yes" if abs(ratio - 1.0) <= MPI_TOLERANCE else "**NO (> 10%)**"
-        lines.append(f"| {delay} | {scheme} | {_fmt(mpi_t)} | {_fmt(sim_t)} | {ratio:.3f} | {over:.3f} | {ok} |")
+        cells = [delay, scheme, fmt_value(mpi_t), fmt_value(sim_t), f"{ratio:.3f}", f"{over:.3f}", ok]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -384,8 +397,10 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
                      "tol; iterations in brackets): " + ", ".join(fell_back))
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds; `(j/m)`: only j of "
-            "m seeds have a value (e.g. reached the target).", ""] + table(rows) + [""]
+    out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds, the mean to the "
+            "digits its interval warrants (`≈0 (±h)`: the interval is wider than the mean, which cannot be told from "
+            "zero); `(j/m)`: only j of m seeds have a value (e.g. reached the target).", ""]
+    out += table(rows, work_notes(runs)) + [""]
     out += ["## Reading", ""] + reading(rows, target) + [""]
     out += ["## MPI vs simulator", ""]
     cross = mpi_vs_sim(rows)

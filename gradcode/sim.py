@@ -119,9 +119,9 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from tqdm import tqdm
+    from .progress import progress_bar
 
-    return tqdm(total=total, unit="it", leave=False)
+    return progress_bar(total, unit="it", leave=False)
 
 
 def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:

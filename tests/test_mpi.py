@@ -89,16 +89,16 @@ def _dropcompute_gaps(spec: dict) -> float:
     """Smallest distance between ``tau`` and a timer check of any worker (official checks), in model units."""
     s = load_spec(spec)
     schemes, delay, _ = build(s)
-    scheme, n = schemes[0], s.workers
+    scheme = schemes[0]
     smallest = math.inf
     for t in range(s.run["iterations"]):
         plan = scheme.plan(t)
         if not math.isfinite(plan.tau):
             continue
-        micro, _ = delay.sample_micro(s.run["seed"], t, n, plan.micro_batches)
-        end = np.cumsum(micro[0], axis=-1)
-        begin = end - micro[0]
-        checks = np.concatenate([begin, begin + scheme.forward_share * micro[0]], axis=-1)
+        micro, _ = scheme.micro_times(delay, s.run["seed"], t)   # the times the scheme sees (x micro_load)
+        end = np.cumsum(micro, axis=-1)
+        begin = end - micro
+        checks = np.concatenate([begin, begin + scheme.forward_share * micro], axis=-1)
         smallest = min(smallest, float(np.abs(checks - plan.tau).min()))
     return smallest
 
@@ -225,10 +225,12 @@ def test_shared_model_slots_keep_a_busy_workers_version(tmp_path):
 
 def test_dropcompute_agrees_with_simulator(tmp_path):
     """Deterministic micro-batch times (persistent slowdowns over a constant): workers 0, 1 take 10 units per
-    micro-batch, workers 2, 3 take 5, so with tau = 8.3 the fast ones stop before their third micro-batch and the
-    slow ones before their second; every timer check is >= GAP away from tau."""
+    micro-batch, workers 2, 3 take 5 (each micro-batch one unit of work: micro_load = 1), so with tau = 8.3 the fast
+    ones stop before their third micro-batch and the slow ones before their second; every timer check is >= GAP away
+    from tau."""
     delay = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
-    spec = _spec({"name": "dropcompute", "M": 3, "tau": 8.3, "warmup": 2}, iterations=6, delay=delay)
+    spec = _spec({"name": "dropcompute", "M": 3, "micro_load": 1.0, "tau": 8.3, "warmup": 2}, iterations=6,
+                 delay=delay)
     assert _dropcompute_gaps(spec) >= GAP
     proc, out = _run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,7 @@ from mpi_runtime.launch import SURVIVE_DEATH, find_mpiexec, prepare
 from tests.test_mpi import _records, _run_mpi, _spec
 
 TIMEOUT = 40
-DROP = {"name": "dropcompute", "M": 2, "tau": 3.0, "warmup": 1}
+DROP = {"name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 3.0, "warmup": 1}   # a unit per micro-batch
 
 
 def _fault(spec: dict, tmp_path: Path, **env: str):

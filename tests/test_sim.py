@@ -66,14 +66,18 @@ def test_theory_through_the_delay_model():
 
 
 # --- DropCompute: the reference table -------------------------------------------------------------------------------
+# the reference table's setting: every micro-batch is one unit of the delay model (micro_load = 1, not the default 1/M)
+PAPER = {"M": 12, "micro_load": 1.0}
+
+
 def _dropcompute_speedup(n, taus, check, iterations=400, seed=1):
-    M = 12
+    M = PAPER["M"]
     delay = make_delay("lognormal", comm=0.1 * M * 1.5)   # communication = 10% of the mean compute (M * 1.5)
-    base = simulate(make_scheme("dropcompute", n=n, M=M, tau=None), delay, iterations=iterations,
+    base = simulate(make_scheme("dropcompute", n=n, **PAPER, tau=None), delay, iterations=iterations,
                     seed=seed).summary
     out = []
     for tau in taus:
-        scheme = make_scheme("dropcompute", n=n, M=M, tau=tau, warmup=0, check=check)
+        scheme = make_scheme("dropcompute", n=n, **PAPER, tau=tau, warmup=0, check=check)
         res = simulate(scheme, delay, iterations=iterations, seed=seed)
         drop = np.mean([r["drop_rate"] for r in res.records])
         out.append((1 - drop) * base["mean_iteration_time"] / res.summary["mean_iteration_time"])
@@ -98,13 +102,13 @@ def test_dropcompute_idealized_speedup_matches_reference(n, expected):
 
 @pytest.mark.parametrize("n", [32, 200])
 def test_dropcompute_auto_tau_is_near_the_best(n):
-    M, iterations, seed = 12, 400, 1
+    M, iterations, seed = PAPER["M"], 400, 1
     delay = make_delay("lognormal", comm=0.1 * M * 1.5)
     best = _dropcompute_speedup(n, np.linspace(0.75, 1.05, 31) * 18.0, "official", iterations, seed).max()
     warmup, record = 5, 40
-    base = simulate(make_scheme("dropcompute", n=n, M=M, tau=None), delay, iterations=iterations,
+    base = simulate(make_scheme("dropcompute", n=n, **PAPER, tau=None), delay, iterations=iterations,
                     seed=seed).records[warmup + record:]
-    auto = simulate(make_scheme("dropcompute", n=n, M=M, tau="auto", warmup=warmup, record_steps=record), delay,
+    auto = simulate(make_scheme("dropcompute", n=n, **PAPER, tau="auto", warmup=warmup, record_steps=record), delay,
                     iterations=iterations, seed=seed).records[warmup + record:]
     drop = np.mean([r["drop_rate"] for r in auto])
     t_base = np.mean([r["end"] - r["start"] for r in base])

@@ -138,6 +138,13 @@ class Scheme:
         """Samples in one unit of load (the reference mini-batch); ``None`` when partitions are used whole."""
         return self.batch
 
+    @property
+    def work_note(self) -> str | None:
+        """Why one worker-step of this scheme is not the same work as sync's (one unit of load), when the user set it
+        so (the report prints it next to the scheme); ``None`` when it is, or when it differs by design (a code's
+        load ``s + 1``, adaptive_k_load's chosen batch), which is the method and not a setting."""
+        return None
+
     def bind(self, *, delay=None) -> None:
         """Give the scheme what it may need from the cluster (the delay model, for schemes that plan with it)."""
 

@@ -11,8 +11,10 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 
 The summed gradient is divided by ``n*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
 by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work
-of the delay model (default 1; with ``micro_load = 1/M`` a full step costs what one unit costs a master scheme's
-worker, which makes comparisons with fastest-k or codes at the same per-worker work fair).
+of the delay model, by default ``1/M``: a full step is one unit, the work of a sync worker's step, so a comparison
+with sync, fastest-k or the codes is at equal work unless asked otherwise. Another ``micro_load`` (e.g. 1, ``M``
+units a step, as in the DropCompute paper's own setting) is allowed, and the report says the work is unequal next
+to the scheme (:attr:`DropCompute.work_note`).
 
 ``tau='auto'`` records every micro-batch time for
 ``record_steps`` steps after the warm-up, then picks, among ``candidates`` thresholds from the smallest to the largest
@@ -24,6 +26,7 @@ workers will do.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,7 +94,8 @@ class DropComputeState:
 
 class DropCompute(DecentralizedScheme):
     """DropCompute: ``M`` micro-batches per worker, local threshold ``tau`` (a number, ``"auto"`` or ``None`` for
-    no limit). See the module docstring for the timer semantics and the automatic threshold."""
+    no limit), each micro-batch ``micro_load`` units of work (``None``: ``1/M``, so a step is a sync worker's one
+    unit). See the module docstring for the timer semantics and the automatic threshold."""
 
     name = "dropcompute"
     description = "each worker stops computing at a local time threshold tau; All-Reduce, no master"
@@ -100,7 +104,7 @@ class DropCompute(DecentralizedScheme):
 
     def __init__(self, n: int, *, M: int = 12, tau="auto", normalize: str = "total", warmup: int = 5,
                  record_steps: int = 40, candidates: int = 200, check: str = "official",
-                 forward_share: float = 1 / 3, auto_rule: str = "replay", micro_load: float = 1.0,
+                 forward_share: float = 1 / 3, auto_rule: str = "replay", micro_load: float | None = None,
                  batch: int | None = None):
         super().__init__(n, batch=batch)
         self.M = check_int("M", M, low=1)
@@ -119,7 +123,9 @@ class DropCompute(DecentralizedScheme):
         self.record_steps = check_int("record_steps", record_steps, low=1)
         self.candidates = check_int("candidates", candidates, low=2)
         self.forward_share = check_float("forward_share", forward_share, low=0.0, high=1.0)
-        self.micro_load = check_float("micro_load", micro_load, low=0.0, low_open=True)
+        # default: a full step is one unit of work, as a sync worker's (equal work)
+        self.micro_load = 1.0 / self.M if micro_load is None else check_float("micro_load", micro_load, low=0.0,
+                                                                                  low_open=True)
         self._parts = tuple(tuple(range(i * self.M, (i + 1) * self.M)) for i in range(self.n))
         self.reset()
 
@@ -132,6 +138,15 @@ class DropCompute(DecentralizedScheme):
     def plan(self, t: int) -> Plan:
         return Plan(t=t, parts=self._parts, n_parts=self.n * self.M, load=np.full(self.n, self.M * self.micro_load),
                     batch=self.batch, micro_batches=self.M, tau=self.current_tau(t))
+
+    @property
+    def work_note(self) -> str | None:
+        """``M x micro_load`` units a step, said when it is not sync's one unit."""
+        step = self.M * self.micro_load
+        if math.isclose(step, 1.0, rel_tol=1e-9):
+            return None
+        return (f"unequal work: a step is M x micro_load = {self.M} x {self.micro_load:g} = {step:g} units of load "
+                f"per worker, sync's is 1 (micro_load = 1/M = {1 / self.M:g} gives equal work)")
 
     @property
     def samples_per_unit(self) -> float | None:
