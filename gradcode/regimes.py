@@ -51,21 +51,44 @@ def _check(rows: Any, swept: Any, metric: Any) -> None:
         raise ConfigError(f"metric {metric!r} is not a sweep metric; accepted: {', '.join(METRICS)}")
     if not isinstance(swept, (list, tuple)) or not all(isinstance(p, str) and p for p in swept):
         raise ConfigError(f"swept must be a list of the swept paths (strings, as in [sweep]), not {swept!r}")
-    if len(set(swept)) != len(swept) or set(swept) & {*REQUIRED, "scheme_name", "baseline"}:
-        raise ConfigError(f"swept {list(swept)!r}: each path once, and none of {', '.join(REQUIRED)}")
-    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, dict) for r in rows):
-        raise ConfigError("rows must be a list of dicts (the rows of sweep.json or sweep.csv), "
-                          f"not {type(rows).__name__}")
+    if len(set(swept)) != len(swept):
+        raise ConfigError(f"swept {list(swept)!r} names a path twice; accepted: each swept path once")
+    reserved = set(swept) & {*REQUIRED, "scheme_name", "baseline", "seeds"}
+    if reserved:
+        raise ConfigError(f"swept {list(swept)!r}: {', '.join(sorted(reserved))} is a column of every sweep row, "
+                          "not a swept path; accepted: the dotted paths of [sweep], e.g. 'delay.p'")
+    _check_rows(rows, swept)
     for i, row in enumerate(rows):
-        missing = [key for key in (*REQUIRED, *swept) if key not in row]
-        if missing:
-            raise ConfigError(f"sweep row {i} has no {', '.join(map(repr, missing))}: every row needs "
-                              f"{', '.join(REQUIRED)} and one key per swept path ({', '.join(swept) or 'none'})")
         for key in (metric, metric + "_ci", FALLBACK, FALLBACK + "_ci", "computed_units", "iterations",
                     "total_time", "samples_computed"):
             _number(row, key, i)
         if str(row.get("baseline", "")).lower() not in ("true", "false", "1", "0", "", "none"):
             raise ConfigError(f"sweep row {i}: baseline = {row['baseline']!r}; accepted: true or false")
+
+
+def _check_rows(rows: Any, swept: list[str]) -> None:
+    """Rows are dicts with the columns every sweep row has, and every swept path."""
+    if not isinstance(rows, (list, tuple)):
+        raise ConfigError("rows must be a list of dicts (the rows of sweep.json or sweep.csv), "
+                          f"not {type(rows).__name__}")
+    bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise ConfigError(f"sweep row {bad} is a {type(rows[bad]).__name__}; accepted: a dict per row (the rows of "
+                          "sweep.json or sweep.csv)")
+    unknown = [p for p in swept if rows and not any(p in r for r in rows)]
+    if unknown:
+        raise ConfigError(f"swept path {unknown[0]!r} is a column of no sweep row; columns: "
+                          f"{', '.join(map(str, rows[0]))}")
+    for i, row in enumerate(rows):
+        missing = [key for key in (*REQUIRED, *swept) if key not in row]
+        if missing:
+            raise ConfigError(f"sweep row {i} has no {', '.join(map(repr, missing))}: every row needs "
+                              f"{', '.join(REQUIRED)} and one key per swept path ({', '.join(swept) or 'none'})")
+        wrong = [key for key in REQUIRED[1:] if not isinstance(row[key], str) or not row[key]]
+        if wrong or isinstance(row["cell"], bool) or not isinstance(row["cell"], (int, str)):
+            key = wrong[0] if wrong else "cell"
+            raise ConfigError(f"sweep row {i}: {key} = {row[key]!r}; accepted: cell an integer (the grid index), "
+                              "cluster, delay and scheme non-empty strings (labels)")
 
 
 def _number(row: dict, key: str, index: int | None = None) -> float | None:

@@ -323,13 +323,18 @@ def test_scheme_colours_are_fixed_per_label_and_sync_grey():
 
 
 # --- bad input ------------------------------------------------------------------------------------------------
+GOOD_ROW = {"cell": 0, "x": 1, "cluster": "sim", "delay": "d", "scheme": "sync"}
+
+
 @pytest.mark.parametrize("rows, swept, metric, message", [
     ("rows", ["x"], "time_to_target", "rows must be a list of dicts"),
-    ([1, 2], ["x"], "time_to_target", "rows must be a list of dicts"),
-    ([{"cell": 0}], ["x"], "time_to_target", "sweep row 0 has no 'cluster', 'delay', 'scheme', 'x'"),
+    ([1, 2], ["x"], "time_to_target", "sweep row 0 is a int; accepted: a dict per row"),
+    ([{"cell": 0, "x": 1}], ["x"], "time_to_target", "sweep row 0 has no 'cluster', 'delay', 'scheme'"),
+    ([GOOD_ROW, {"cell": 1}], ["x"], "time_to_target", "sweep row 1 has no 'cluster', 'delay', 'scheme', 'x'"),
+    (None, ["y"], "time_to_target", "swept path 'y' is a column of no sweep row; columns: cell, x, cluster"),
     (None, "x", "time_to_target", "swept must be a list of the swept paths"),
-    (None, ["x", "x"], "time_to_target", "each path once"),
-    (None, ["delay"], "time_to_target", "none of cell, cluster, delay, scheme"),
+    (None, ["x", "x"], "time_to_target", "names a path twice; accepted: each swept path once"),
+    (None, ["delay"], "time_to_target", "delay is a column of every sweep row, not a swept path"),
     (None, ["x"], "speed", "metric 'speed' is not a sweep metric; accepted: mean_iteration_time"),
     (None, ["x"], None, "is not a sweep metric"),
 ])
@@ -346,6 +351,9 @@ def test_bad_input_is_a_config_error_naming_what_is_accepted(rows, swept, metric
     ("time_to_target_ci", [1], "time_to_target_ci = \\[1\\] is not a number"),
     ("computed_units", True, "computed_units = True is not a number"),
     ("baseline", "maybe", "baseline = 'maybe'; accepted: true or false"),
+    ("cluster", ["sim"], "cluster = \\['sim'\\]; accepted: cell an integer"),
+    ("scheme", "", "scheme = ''; accepted: cell an integer"),
+    ("cell", 1.5, "cell = 1.5; accepted: cell an integer"),
 ])
 def test_a_row_value_of_the_wrong_kind_is_a_config_error(key, value, message):
     rows = make_rows({"x": [1]}, straggle_time)
