@@ -197,9 +197,11 @@ def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "
     if not any(_is_baseline(r) for r in rows) or not any(w["winner"] for w in table):
         return []
     from . import regime_plots
+    from .outdir import writable_folder
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    if not isinstance(out, (str, Path)):
+        raise ConfigError(f"out must be the folder to write the figures into (a path), not {out!r}")
+    out = writable_folder(out, "the figures' folder")
     made = [REGIME_MAP] if regime_plots.regime_map(rows, table, list(swept), out / REGIME_MAP, metric) else []
     if regime_plots.computation_speedup(rows, table, out / COMPUTATION):
         made.append(COMPUTATION)

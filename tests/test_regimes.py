@@ -362,6 +362,15 @@ def test_a_row_value_of_the_wrong_kind_is_a_config_error(key, value, message):
         winners(rows, ["x"])
 
 
+def test_a_figures_folder_that_cannot_be_one_is_a_config_error(tmp_path):
+    rows = make_rows({"x": [1]}, straggle_time)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        write_figures(rows, ["x"], tmp_path / "file")
+    with pytest.raises(ConfigError, match="out must be the folder to write the figures into"):
+        write_figures(rows, ["x"], None)
+
+
 def test_the_module_constants_name_the_contract():
     assert regimes.METRICS[-3:] == ["computed_units", "wasted_units", "total_time"]
     assert "time_to_target" in regimes.METRICS and "speedup_target" in regimes.METRICS
