@@ -111,8 +111,7 @@ def _heatmaps(plt, rows, table, keys, path, metric) -> bool:
                title=_panel_title(cluster, delay, {k: cells[0][k] for k in rest}))
         ax.set_xticklabels([_text(v) for v in xs], fontsize=8)
         ax.set_yticklabels([_text(v) for v in ys], fontsize=8)
-    winners_seen = list(dict.fromkeys(w["winner"] for w in table if w["winner"]))
-    _heat_legend(fig, winners_seen, colours, metric)
+    _heat_legend(fig, [w for _, cells in shown for w in cells], colours, metric)
     fig.suptitle(f"Winner by {TITLES[metric]} and its speedup over sync{note}", fontsize=11)
     fig.tight_layout()
     _save(plt, fig, path)
@@ -137,15 +136,19 @@ def _heat_cell(ax, w: dict, ix: int, iy: int, colours: dict, metric: str) -> Non
             bbox=None if not w["tied"] else {"facecolor": colour, "edgecolor": "none", "pad": 1})
 
 
-def _heat_legend(fig, labels: list[str], colours: dict, metric: str) -> None:
+def _heat_legend(fig, cells: list[dict], colours: dict, metric: str) -> None:
+    """The winners' colours, then what the marks mean (only the marks drawn)."""
     from matplotlib.patches import Patch
 
+    labels = dict.fromkeys(w["winner"] for w in cells if w["winner"])
     handles = [Patch(facecolor=colours[label], label=label) for label in labels]
     handles += [Patch(facecolor="white", edgecolor="black", hatch="//", label=f"{TIE} tie: another scheme's 95% CI "
-                      "overlaps the winner's"),
-                Patch(facecolor=NO_WINNER, label="no scheme has a value"),
-                Patch(facecolor="white", edgecolor="none", label=f"{FELL_BACK} no scheme has {TITLES[metric]}: "
-                      "ranked by mean iteration time")]
+                      "overlaps the winner's")]
+    if any(not w["winner"] for w in cells):
+        handles.append(Patch(facecolor=NO_WINNER, label="no scheme has a value"))
+    if any(w["winner"] and w["metric"] != metric for w in cells):
+        handles.append(Patch(facecolor="white", edgecolor="none", label=f"{FELL_BACK} no scheme has "
+                             f"{TITLES[metric]}: ranked by mean iteration time"))
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, title="winner")
 
 

@@ -213,18 +213,25 @@ def markdown(rows: list[dict], swept: list[str], metric: str = "time_to_target")
     """The lines of report.md's "Regime map" section (heading included): how to read it, a table of the cells'
     winners with their speedup over sync and their ties, and a plain reading generated from the table."""
     table = winners(rows, swept, metric)
-    title = TITLES[metric]
-    lines = ["## Regime map", "",
-             f"Winner of each cell by {title} ({'higher' if metric in HIGHER_IS_BETTER else 'lower'} is better; "
-             "mean ± 95% CI over seeds); speedup = sync's / the winner's; tied: other schemes whose 95% CI overlaps "
-             f"the winner's{' (marked ' + TIE + ' in the map)' if table else ''}; {FELL_BACK}: no scheme has "
-             f"{title} in that cell (none reached the target), ranked by mean iteration time instead.", ""]
+    lines = ["## Regime map", "", _how_to_read(metric), ""]
     if not table:
         return lines + ["No sweep rows: nothing to rank.", ""]
     head = ["cell", *swept, "cluster", "delay", "winner", "value", "speedup vs sync", "tied within CI"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_table_cells(w, swept, metric)) + " |" for w in table]
     return lines + ["", _reading(table, swept, metric), ""]
+
+
+def _how_to_read(metric: str) -> str:
+    """The paragraph above the table: what is ranked, how, and what the marks mean."""
+    title, higher = TITLES[metric], metric in HIGHER_IS_BETTER
+    text = (f"Winner of each cell by {title} ({'higher' if higher else 'lower'} is better; mean ± 95% CI over seeds); "
+            f"speedup = {'the winner' if higher else 'sync'}'s / {'sync' if higher else 'the winner'}'s; tied: the "
+            f"other schemes whose 95% CI overlaps the winner's (marked {TIE} in the map).")
+    if metric != FALLBACK:
+        why = " (none reached the target loss)" if metric == "time_to_target" else ""
+        text += f" {FELL_BACK}: no scheme has {title} in that cell{why}: ranked by mean iteration time instead."
+    return text
 
 
 def _table_cells(w: dict, swept: list[str], metric: str) -> list[str]:
@@ -260,11 +267,10 @@ def _family_reading(cells: list[dict], swept: list[str], metric: str) -> str:
     unranked = len(cells) - len(won)
     fell_back = sum(1 for w in won if w["metric"] != metric)
     no_sync = sum(1 for w in won if w["sync"] is None)
-    notes = [f"{unranked} cell{'s' * (unranked != 1)} without any value" * bool(unranked),
-             f"{fell_back} ranked by mean iteration time ({FELL_BACK})" * bool(fell_back),
-             f"{no_sync} without sync" * bool(no_sync)]
-    notes = [n for n in notes if n]
-    return text + (f" ({'; '.join(notes)})" if notes else "") + "."
+    notes = [f"; {unranked} cell{'s' * (unranked != 1)} without any value" * bool(unranked),
+             f"; {fell_back} ranked by mean iteration time {FELL_BACK}" * bool(fell_back),
+             f"; {no_sync} without sync (no speedup)" * bool(no_sync)]
+    return text + "".join(notes) + "."
 
 
 def _speedup_reading(won: list[dict]) -> str:

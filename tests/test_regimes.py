@@ -95,7 +95,7 @@ def test_a_cell_without_sync_has_no_speedup_and_says_so():
     assert table[0]["speedup"] == pytest.approx(10 / 8)
     assert table[1]["winner"] == "fastest_k" and table[1]["sync"] is None and table[1]["speedup"] is None
     text = "\n".join(markdown(rows, ["delay.extra"]))
-    assert "| no sync |" in text and "1 without sync" in text
+    assert "| no sync |" in text and "; 1 without sync (no speedup)." in text
 
 
 def test_sync_without_a_value_gives_no_speedup():
@@ -117,7 +117,8 @@ def test_falls_back_to_mean_iteration_time_only_where_no_scheme_reached_the_targ
     assert table[1]["speedup"] == pytest.approx(18 / 12)
     lines = markdown(rows, ["delay.extra"])
     assert any(line.startswith("| 1 | 8 |") and "†" in line for line in lines)
-    assert "1 ranked by mean iteration time" in lines[-2]
+    assert "; 1 ranked by mean iteration time †." in lines[-2]
+    assert "none reached the target loss" in lines[2]
 
 
 def test_a_scheme_that_never_reached_the_target_cannot_win_and_there_is_no_fallback():
@@ -234,6 +235,22 @@ def test_two_keys_draw_a_heatmap_of_winners_with_speedups_and_ties(tmp_path, fig
     assert coded_cell.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb(colours["coded"]))
     assert "time to target" in figures["regime_map.png"]._suptitle.get_text()
     assert "sim" in ax.get_title()
+    (legend,) = figures["regime_map.png"].legends
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "fastest_k", "coded", "* tie: another scheme's 95% CI overlaps the winner's"]
+
+
+def test_the_map_marks_cells_ranked_by_the_fallback_and_cells_without_value(figures, tmp_path):
+    rows = make_rows({"a": [0, 8], "b": [1]}, straggle_time)
+    for r in rows:
+        if r["cell"] == 1:
+            r["time_to_target"] = r["time_to_target_ci"] = None
+    rows.extend(dict(r, cell=2, a=9, time_to_target=None, mean_iteration_time=None) for r in rows[:3])
+    write_figures(rows, ["a", "b"], tmp_path)
+    (ax,) = [a for a in figures["regime_map.png"].axes if a.get_visible()]
+    assert [t.get_text() for t in ax.texts] == ["1.25x\nfastest_k", "1.50x†\ncoded", "no value"]
+    legend = [t.get_text() for t in figures["regime_map.png"].legends[0].get_texts()]
+    assert legend[-2:] == ["no scheme has a value", "† no scheme has time to target: ranked by mean iteration time"]
 
 
 def test_a_zip_grid_leaves_cells_not_run_blank(figures, tmp_path):
