@@ -241,12 +241,13 @@ def test_two_keys_draw_a_heatmap_of_winners_with_speedups_and_ties(tmp_path, fig
 
 
 def test_the_map_marks_cells_ranked_by_the_fallback_and_cells_without_value(figures, tmp_path):
-    rows = make_rows({"a": [0, 8], "b": [1]}, straggle_time)
+    rows = make_rows({"delay.extra": [0, 8], "b": [1]}, straggle_time)
     for r in rows:
         if r["cell"] == 1:
             r["time_to_target"] = r["time_to_target_ci"] = None
-    rows.extend(dict(r, cell=2, a=9, time_to_target=None, mean_iteration_time=None) for r in rows[:3])
-    write_figures(rows, ["a", "b"], tmp_path)
+    rows.extend([dict(r, cell=2, time_to_target=None, mean_iteration_time=None, **{"delay.extra": 9})
+                 for r in rows[:3]])
+    write_figures(rows, ["delay.extra", "b"], tmp_path)
     (ax,) = [a for a in figures["regime_map.png"].axes if a.get_visible()]
     assert [t.get_text() for t in ax.texts] == ["1.25x\nfastest_k", "1.50x†\ncoded", "no value"]
     legend = [t.get_text() for t in figures["regime_map.png"].legends[0].get_texts()]
