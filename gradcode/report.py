@@ -398,8 +398,8 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds, the mean to the "
-            "digits its interval warrants (`≈0 (±h)`: the interval is wider than the mean, which cannot be told from "
-            "zero); `(j/m)`: only j of m seeds have a value (e.g. reached the target).", ""]
+            "digits its interval warrants (one figure for both when the interval is wider than the mean, which cannot "
+            "be told from zero); `(j/m)`: only j of m seeds have a value (e.g. reached the target).", ""]
     out += table(rows, work_notes(runs)) + [""]
     out += ["## Reading", ""] + reading(rows, target) + [""]
     out += ["## MPI vs simulator", ""]
