@@ -69,13 +69,13 @@ def _columns(count: int) -> int:
     return max(1, math.ceil(count / rows)) if count else 1
 
 
-def _grid(plt, count: int, rows_each: int = 1, height: float = PANEL[1]):
+def _grid(plt, count: int, rows_each: int = 1, height: float = PANEL[1], width: float = PANEL[0]):
     """A figure of ``count`` panels wrapped at :data:`MAX_COLUMNS` per row, each panel ``rows_each`` axes high;
     returns the figure and, per panel, its column of axes (unused axes are hidden). Constrained layout keeps room
     for a legend placed outside the axes (``fig.legend(loc="outside right upper")``)."""
     cols = _columns(count)
     blocks = max(1, math.ceil(count / cols))
-    fig, axes = plt.subplots(blocks * rows_each, cols, figsize=(PANEL[0] * cols, height * rows_each * blocks),
+    fig, axes = plt.subplots(blocks * rows_each, cols, figsize=(width * cols, height * rows_each * blocks),
                              squeeze=False, layout="constrained")
     panels = [[axes[(i // cols) * rows_each + r][i % cols] for r in range(rows_each)] for i in range(count)]
     for i in range(count, blocks * cols):
@@ -164,7 +164,7 @@ def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
     use_target = any(r["speedup_target"] is not None for r in rows)
     key = "speedup_target" if use_target else "speedup_iteration"
     for (ax,), delay in zip(panels, delays, strict=True):
-        for marker, label in zip(_MARKERS, colour, strict=False):
+        for marker, label in zip(MARKERS, colour, strict=False):
             sel = [r for r in rows if r["delay"] == delay and r["scheme"] == label]
             xs = [r[key] for r in sel if r[key] is not None]
             ys = [r["samples_computed"] for r in sel if r["samples_computed"] is not None]
@@ -177,7 +177,7 @@ def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
     _save(fig, path)
 
 
-_MARKERS = "osD^v<>pPX*hH8d" * 4   # with the colour, two points of different schemes never look alike
+MARKERS = "osD^v<>pPX*hH8d" * 4   # with the colour, two points of different schemes never look alike
 
 
 ADAPTED = {   # record field -> (its axis label in adaptive.png, its value in one record)

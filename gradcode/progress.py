@@ -44,7 +44,6 @@ class PlainProgress:
         if initial:   # a resumed job: say how much was done before (tqdm shows it in its first bar)
             self._line("already done")
 
-
     def _step(self) -> int:
         return self.n * STEPS // self.total if self.total else 0
 

@@ -15,15 +15,13 @@ Panels wrap at three per row and the figure grows with the panels and the cells;
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from .plots import _pyplot
+from .plots import MARKERS, _grid, _pyplot
 from .regimes import (
     FALLBACK,
     FELL_BACK,
     MAX_PANELS,
-    PANELS_PER_ROW,
     TIE,
     TITLES,
     _groups,
@@ -35,7 +33,6 @@ from .regimes import (
 )
 
 NO_WINNER = "lightgrey"
-MARKERS = "osD^v<>PX*hp"
 
 
 def scheme_colours(rows: list[dict]) -> dict[str, str]:
@@ -52,14 +49,9 @@ def scheme_colours(rows: list[dict]) -> dict[str, str]:
 
 
 def _figure(plt, panels: int, width: float, height: float):
-    """A grid of at most three panels per row, each ``width`` x ``height`` inches; unused axes hidden."""
-    cols = min(PANELS_PER_ROW, panels)
-    rows = math.ceil(panels / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[panels:]:
-        ax.set_visible(False)
-    return fig, flat[:panels]
+    """:func:`gradcode.plots._grid` (at most three panels per row, unused axes hidden), as a flat list of axes."""
+    fig, grid = _grid(plt, panels, height=height, width=width)
+    return fig, [ax for (ax,) in grid]
 
 
 def _save(plt, fig, path: Path) -> None:
@@ -113,7 +105,6 @@ def _heatmaps(plt, rows, table, keys, path, metric) -> bool:
         ax.set_yticklabels([_text(v) for v in ys], fontsize=8)
     _heat_legend(fig, [w for _, cells in shown for w in cells], colours, metric)
     fig.suptitle(f"Winner by {TITLES[metric]} and its speedup over sync{note}", fontsize=11)
-    fig.tight_layout()
     _save(plt, fig, path)
     return True
 
@@ -173,7 +164,6 @@ def _lines(plt, rows, key, path, metric) -> bool:
     handles, labels = next(((h, lab) for h, lab in (ax.get_legend_handles_labels() for ax in axes) if h), ([], []))
     fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8, title="scheme")
     fig.suptitle(f"{TITLES[metric]} against {key}{note}", fontsize=11)
-    fig.tight_layout()
     _save(plt, fig, path)
     return drawn
 
@@ -252,7 +242,6 @@ def computation_speedup(rows: list[dict], table: list[dict], path: Path) -> bool
     fig.legend(list(handles.values()), list(handles), loc="upper left", bbox_to_anchor=(1.0, 0.95), fontsize=8,
                title="scheme (one point per cell)")
     fig.suptitle(f"Computation against speedup over sync, every cell{note}", fontsize=11)
-    fig.tight_layout()
     _save(plt, fig, path)
     return True
 

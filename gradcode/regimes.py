@@ -38,7 +38,6 @@ HIGHER_IS_BETTER = frozenset({"speedup_iteration", "speedup_target"})
 REQUIRED = ("cell", "cluster", "delay", "scheme")
 REGIME_MAP, COMPUTATION = "regime_map.png", "computation_speedup.png"
 MAX_PANELS = 24       # more panels than this are not readable: the first ones are drawn and the title says so
-PANELS_PER_ROW = 3
 TIE, FELL_BACK = "*", "†"
 TITLES = dict(AGGREGATED) | {"computed_units": "computed units", "wasted_units": "wasted units",
                               "total_time": "total time"}
