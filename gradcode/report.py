@@ -416,8 +416,9 @@ def _definitions() -> str:
     return doc[doc.index("Row fields"):].strip()
 
 
-def build_report(folder: str | Path) -> Path:
-    """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` of ``folder`` from its records."""
+def build_report(folder: str | Path, figures: bool = True) -> Path:
+    """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` (``figures=False``: no plots) of
+    ``folder`` from its records."""
     from . import plots
     from .outdir import writable_folder
 
@@ -432,7 +433,7 @@ def build_report(folder: str | Path) -> Path:
         raise ConfigError(f"{folder}: no run has any records yet" + "".join(f"; skipped {why}" for why in skipped))
     rows = summary_rows(runs)
     write_summary(folder, rows)
-    made = plots.make_all(folder / "plots", runs, rows)
+    made = plots.make_all(folder / "plots", runs, rows) if figures else []
     (folder / "report.md").write_text(render(folder, info, runs, rows, made))
     return folder / "report.md"
 
