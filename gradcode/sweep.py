@@ -142,7 +142,7 @@ def _frozen_labels(base: dict[str, Any], targets) -> None:
         swept.setdefault((t.head, t.index), set()).add(t.keys[0])
     for head in ("scheme", "delay", "schemes", "delays"):
         tables = base.get(head)
-        entries = enumerate(tables) if isinstance(tables, list) else [(None, tables)] if isinstance(tables, dict) else []
+        entries = list(enumerate(tables)) if isinstance(tables, list) else [(None, tables)]
         for index, table in entries:
             if isinstance(table, dict) and "name" in table and "label" not in table:
                 drop = swept.get((head, index), set())

@@ -180,8 +180,8 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
     out = writable_folder(out)
     dirs = [str(Path(source).resolve().parent)] if isinstance(source, (str, Path)) else []
     dirs.append(os.getcwd())
-    tasks = [{"index": c.index, "values": c.values, "spec": c.spec, "folder": str(cell_folder(out, c.index)), "figures": cell_figures,
-              "fingerprint": fingerprint(c.spec), "dirs": dirs} for c in grid.cells]
+    tasks = [{"index": c.index, "values": c.values, "spec": c.spec, "folder": str(cell_folder(out, c.index)),
+              "figures": cell_figures, "fingerprint": fingerprint(c.spec), "dirs": dirs} for c in grid.cells]
     with FolderLock(out):
         _claim(out, raw, len(tasks), replace)
         _write_json(out, raw, grid, tasks, [], [], complete=False)
