@@ -106,9 +106,9 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool) -> list[dict]:
+def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock_fd: int | None = None) -> list[dict]:
     """Run ``tasks``: the MPI-cluster cells one at a time here, the others on the executor; the results in the
-    order they finished (each names its cell)."""
+    order they finished (each names its cell). ``lock_fd``: the sweep folder's lock, which forked workers close."""
     mpi_cells = [t for t in tasks if _is_mpi(t["spec"])]
     pooled = [t for t in tasks if not _is_mpi(t["spec"])]
     total, results = len(tasks), []
@@ -127,7 +127,7 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool) -> l
         return results
     if not pooled:
         return results
-    pool = _pool(executor, min(jobs, len(pooled)))
+    pool = _pool(executor, min(jobs, len(pooled)), lock_fd)
     try:
         pending = {pool.submit(run_cell, t): t for t in pooled}
         while pending:
@@ -152,12 +152,26 @@ def _guarded(task: dict) -> dict:
         return {"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]}
 
 
-def _pool(executor: str, workers: int):
+def _pool(executor: str, workers: int, lock_fd: int | None):
     if executor == "mpi":
         from mpi_runtime.pool import mpi_pool
 
         return mpi_pool(workers)
-    return ProcessPoolExecutor(max_workers=workers)
+    return ProcessPoolExecutor(max_workers=workers, initializer=_worker_start, initargs=(os.getpid(), lock_fd))
+
+
+def _worker_start(parent: int, lock_fd: int | None) -> None:
+    """A pool worker dies with the sweep (even after ``kill -9``: :func:`gradcode.children.die_with_parent`) and
+    lets go of the sweep folder's lock that it inherited by ``fork``, so a resume can start as soon as the sweep is
+    gone (each cell's folder is locked by the worker that writes it)."""
+    from .children import die_with_parent
+
+    die_with_parent(parent=parent)
+    if lock_fd is not None:
+        try:
+            os.close(lock_fd)
+        except OSError:          # not inherited (a spawned worker)
+            pass
 
 
 # --- the sweep ------------------------------------------------------------------------------------------------
@@ -182,13 +196,14 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
     dirs.append(os.getcwd())
     tasks = [{"index": c.index, "values": c.values, "spec": c.spec, "folder": str(cell_folder(out, c.index)),
               "figures": cell_figures, "fingerprint": fingerprint(c.spec), "dirs": dirs} for c in grid.cells]
-    with FolderLock(out):
+    with FolderLock(out) as lock:
         _claim(out, raw, len(tasks), replace)
         _write_json(out, raw, grid, tasks, [], [], complete=False)
         todo = [t for t in tasks if cell_done(t) is None]
-        if progress and len(todo) < len(tasks):
-            print(f"sweep: {len(tasks) - len(todo)} of {len(tasks)} cells already done in {out}", file=sys.stderr)
-        results = run_all(todo, jobs=jobs, executor=executor, progress=progress)
+        if progress:
+            print(f"sweep: {len(tasks)} cells, {len(tasks) - len(todo)} already done in {out}; "
+                  f"{executor} executor" + (f", {jobs} jobs" if executor == "process" else ""), file=sys.stderr)
+        results = run_all(todo, jobs=jobs, executor=executor, progress=progress, lock_fd=lock.fd)
         failures = [f for r in sorted(results, key=lambda r: r["index"]) for f in r["failures"]]
         rows = collect(tasks, grid.paths)
         notes = [f"cell failed: {f}" for f in failures]
