@@ -189,7 +189,8 @@ def test_the_table_has_one_row_per_cell_cluster_delay_and_scheme(serial):
     report = (serial / "report.md").read_text()
     assert "## Regime map" in report and "cells/003/report.md" in report
     assert (serial / regimes.REGIME_MAP).is_file()
-    assert not (serial / "cells" / "000" / "plots").exists() or not any((serial / "cells" / "000" / "plots").iterdir())
+    assert not (serial / "cells" / "000" / "plots").exists()      # no cell figures unless asked for
+    assert "Not drawn" in (serial / "cells" / "000" / "report.md").read_text()
 
 
 def test_jobs_2_gives_the_serial_table(serial, tmp_path):
@@ -234,6 +235,25 @@ def test_an_interrupted_sweep_finishes_the_missing_cells_only(tmp_path):
     sweep(spec, out, jobs=2, progress=False)
     assert {name: (out / "cells" / name / "CELL_COMPLETE").stat().st_mtime_ns for name in done} == done  # kept
     assert read_csv(out / "sweep.csv") == read_csv(reference / "sweep.csv")
+
+
+def test_cell_figures_on_request(tmp_path):
+    out = sweep(base(**{"delay.alpha": [1.5]}), tmp_path / "out", jobs=1, progress=False, cell_figures=True)
+    assert any((out / "cells" / "000" / "plots").glob("*.png"))
+
+
+def test_cells_of_the_mpi_cluster_run_one_at_a_time(tmp_path):
+    raw = base(**{"delay.alpha": [1.5, 3.0]})
+    raw["cluster"] = {"workers": 2, "kind": "mpi"}
+    raw["schemes"] = [{"name": "sync"}, {"name": "fastest_k", "k": 1}]
+    raw["run"] = {"iterations": 3, "seeds": [0], "time_scale": 0.01}
+    out = sweep(raw, tmp_path / "out", jobs=2, progress=False)
+    rows = read_csv(out / "sweep.csv")
+    assert [(r["cell"], r["cluster"], r["scheme"]) for r in rows] == [
+        ("0", "mpi", "sync"), ("0", "mpi", "fastest_k k=1"), ("1", "mpi", "sync"), ("1", "mpi", "fastest_k k=1")]
+    finished = (out / "cells" / "000" / "CELL_COMPLETE").stat().st_mtime_ns
+    started = min(p.stat().st_mtime_ns for p in (out / "cells" / "001" / "runs").glob("*/spec.json"))
+    assert finished <= started
 
 
 def test_another_spec_in_the_folder_needs_replace(serial, tmp_path):
