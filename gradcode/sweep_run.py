@@ -189,6 +189,10 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
     jobs = default_jobs() if jobs is None else jobs
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ConfigError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    if executor == "mpi":
+        from mpi_runtime.pool import check_pool
+
+        check_pool()
     raw = with_run_overrides(read_sweep(source), **(overrides or {}))
     grid = expand(raw)
     out = writable_folder(out)

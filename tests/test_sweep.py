@@ -291,6 +291,9 @@ def test_cli_errors_before_anything_runs(tmp_path):
     assert proc.returncode == 2 and "seeds must be a non-empty list of distinct" in proc.stderr
     proc = _cli("compare", str(spec), "--out", str(tmp_path / "c"))
     assert proc.returncode == 2 and "gradcode sweep SPEC" in proc.stderr
+    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--executor", "mpi")    # not under mpiexec
+    assert proc.returncode == 2 and "python -m mpi4py.futures -m gradcode sweep" in proc.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_overrides_of_iterations_and_seeds(tmp_path):
