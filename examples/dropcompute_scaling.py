@@ -45,7 +45,7 @@ M = 12
 MEAN_MICRO = 1.5                  # E[1 + 0.5 X]
 COMM = 0.1 * M * MEAN_MICRO       # communication = 10% of the mean compute
 CV = 0.5 / MEAN_MICRO             # std / mean of one micro-batch time
-CHECKS = ("idealized", "official", "before_microbatch")
+CHECKS = ("idealized", "official", "before_microbatch", "predictive")
 FORWARD = 1 / 3
 # the reference table (docs/references.md#dropcompute): speedup at n = 8, 32, 200, 1024; drop rate; best tau / mean
 # compute
@@ -66,11 +66,11 @@ class Steps:
 
     def step_time(self, tau: float) -> float:
         """Mean step time ``max_i(compute_i + comm_i)`` under ``tau``."""
-        return float(np.mean(np.max(self.scheme.schedule(self.micro, self.comm, tau).ready, axis=-1)))
+        return float(np.mean(np.max(self.scheme.replay(self.micro, self.comm, tau).ready, axis=-1)))
 
     def gain(self, tau: float) -> tuple[float, float]:
         """Effective speedup and drop rate at ``tau``."""
-        schedule = self.scheme.schedule(self.micro, self.comm, tau)
+        schedule = self.scheme.replay(self.micro, self.comm, tau)
         done = 1.0 - schedule.drop_rate
         return done * self.base / float(np.mean(np.max(schedule.ready, axis=-1))), schedule.drop_rate
 
@@ -85,9 +85,14 @@ def best_tau(steps: Steps, taus: np.ndarray) -> tuple[float, float, float]:
 def auto_tau(micro, comm, check: str, warmup: int = 5, record: int = 40, candidates: int = 200):
     """The scheme's automatic rule (``choose_tau``, replay) on the recorded steps, scored on the rest."""
     window = slice(warmup, warmup + record)
+    # predictive: every micro-batch of the warm-up and recording steps was completed (no limit yet), so each worker's
+    # history is all of their times, as in the scheme's run
+    history = (micro[:warmup + record].sum(axis=(0, 2)), (warmup + record) * M) if check == "predictive" else None
     tau = choose_tau(micro[window], comm[window], check=check, forward_share=FORWARD, candidates=candidates,
-                     rule="replay")
-    return (tau,) + Steps(micro[warmup + record:], comm[warmup + record:], check).gain(tau)
+                     rule="replay", history=history)
+    steps = Steps(micro[warmup + record:], comm[warmup + record:], check)
+    steps.scheme.state.history = history
+    return (tau,) + steps.gain(tau)
 
 
 def theory(n: int) -> float:
@@ -133,9 +138,10 @@ def plot(rows: list[dict], out) -> Path:
         sel = [r for r in rows if r["check"] == check]
         axes[0].plot(ns, [r["speedup"] for r in sel], "o-", color=f"C{i}", label=f"{check} (best tau)")
         axes[0].plot(ns, [r["auto_speedup"] for r in sel], "x:", color=f"C{i}", label=f"{check} (auto tau)")
-        ref = REFERENCE[check][0]
-        axes[0].plot(list(ref), list(ref.values()), "s", mfc="none", color=f"C{i}", ms=8,
-                     label=f"{check}: reference")
+        if check in REFERENCE:    # the predictive check is ours: no reference row
+            ref = REFERENCE[check][0]
+            axes[0].plot(list(ref), list(ref.values()), "s", mfc="none", color=f"C{i}", ms=8,
+                         label=f"{check}: reference")
         axes[1].plot(ns, [100 * r["drop"] for r in sel], "o-", color=f"C{i}", label=f"{check}: drop rate (%)")
         axes[1].plot(ns, [100 * r["tau_ratio"] for r in sel], "^:", color=f"C{i}",
                      label=f"{check}: best tau / mean compute (%)")
