@@ -163,6 +163,8 @@ ALL_SCHEMES = [
     ("coded", {"code": "fractional_repetition", "s": 2}),
     ("coded", {"code": "expander", "s": 3}),
     ("dropcompute", {"M": 4, "tau": "auto", "record_steps": 10}),
+    ("dropcompute", {"M": 4, "tau": "auto", "record_steps": 10, "check": "predictive"}),
+    ("anytime", {"M": 4}),
 ]
 
 

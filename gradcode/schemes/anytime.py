@@ -1,6 +1,6 @@
 """Anytime mini-batches (Ferdinand, Al-Lawati, Draper and Nokleby, "Anytime Minibatch", ICLR 2019): every worker
 computes for a fixed time ``T``, as many samples as it can, then sends the sum of its per-sample gradients and its
-count; the master weights by the counts. The master/worker form of dropping (``docs/references.md#anytime``).
+count; the master weights by the counts. The master/worker form of dropping (``docs/references.md#uncoded-schemes``).
 
 With ``b_i`` the samples worker ``i`` finished by ``T`` and ``S_i`` the sum of their gradients, the estimate is::
 
