@@ -27,7 +27,7 @@ here: it over-estimates at small ``n`` (1.20 at n = 8) and the idealized row ove
 lognormal's right tail is heavier than the normal tail the formula assumes). The automatic ``tau`` scores within
 0.02 of the best ``tau``, except the official check at n = 16-32 (1.09 vs 1.10, 1.11 vs 1.13). The predictive check
 reaches 1.09, 1.16, 1.30, 1.41 (drop 7-9%, best ``tau`` / mean compute 0.96-0.98): it closes 85-92% of the gap from
-the official check to the idealized one at n = 32-1024, and passes the idealized row at n = 8-16 (1.087 vs 1.078,
+the official check to the idealized one at n = 32-1024, and passes the idealized row at n = 8-16 (1.086 vs 1.078,
 1.125 vs 1.123): stopping exactly at ``tau`` is not an upper bound, since its workers spend the time up to ``tau``
 on a micro-batch that is thrown away, where a predictive worker stops before it.
 Run: ``python examples/dropcompute_scaling.py [--quick] [--out DIR]``.

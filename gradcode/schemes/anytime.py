@@ -31,6 +31,10 @@ over the recorded steps and workers, of the time to compute the nominal ``M`` ch
 mini-batch is ``n M``, sync's (the paper compares anytime and fixed mini-batches at equal expected size); only times
 the workers really measured (their first ``M`` chunks) enter it.
 
+**Records.** ``counts`` (every worker's samples kept, in worker order), ``T`` (also as ``tau``, the plan's name for
+a local limit), ``load`` (the units kept: ``counts x sample_load``). The clusters' ``drop_rate`` is here the share
+of the ``max_samples`` list left undone, and the sample in progress at ``T`` is not yet counted as ``wasted``.
+
 **Which samples.** Worker ``i`` holds partitions ``i*max_samples ... (i+1)*max_samples - 1`` and starts step ``t``
 at offset ``(t*M) mod max_samples`` in them, so that the samples a worker rarely reaches at the end of its list are
 not always the same ones.

@@ -7,14 +7,17 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``official`` (the official code): before each micro-batch and again between its forward and backward pass
   (forward = ``forward_share`` of the micro-batch); a micro-batch interrupted after its forward is wasted;
 - ``before_microbatch``: only before each micro-batch;
-- ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain);
+- ``idealized``: stops exactly at ``tau``, mid micro-batch (the reference table's upper bound; not every rule's:
+  it spends the time up to ``tau`` on a micro-batch it then drops, which ``predictive`` may avoid);
 - ``predictive`` (ours, not in the paper): at the official code's two checks the worker compares the *predicted end*
   of the micro-batch with ``tau`` instead of the present time. Before a micro-batch it predicts
-  ``now + mu_hat``, ``mu_hat`` the running mean of the micro-batch times it has completed so far this run (this step
+  ``now + mu_hat``, ``mu_hat`` the running mean of the micro-batch times it has measured so far this run (this step
   and earlier ones; no history yet: it starts, as ``before_microbatch``); after the forward pass, which took ``f``, it
   predicts ``begin + f / forward_share`` (the backward is ``(1 - forward_share) / forward_share`` times the forward,
   the split every past micro-batch showed; exact in the delay model, where a micro-batch splits by that constant
-  share). It starts, or finishes, a micro-batch only if the prediction is ``<= tau``. Why the running mean: the
+  share). It starts, or finishes, a micro-batch only if the prediction is ``<= tau``. A micro-batch it abandons
+  after the forward counts in the mean with that predicted time, ``f / forward_share``: leaving the long ones out
+  would bias the mean low (survivors only). Why the running mean: the
   model's micro-batch noise is stationary and i.i.d., so the mean is the unbiased, least-squares prediction and its
   error shrinks as ``1/sqrt(count)``; an exponentially weighted mean would track drifting speeds at the price of
   more noise. Where it lands: between ``official`` and ``idealized`` (``examples/dropcompute_scaling.py``); the
@@ -85,7 +88,7 @@ def predictive_stop(micro: np.ndarray, tau: float, forward_share: float, history
     """The ``predictive`` rule (module docstring): ``(counts, times)`` as :func:`local_stop`'s.
 
     Micro-batch ``m`` begins at ``b`` (the previous one's end). The worker starts it only if
-    ``b + mu_hat <= tau`` (``mu_hat``: the mean of its completed micro-batch times, ``history`` and this step's so
+    ``b + mu_hat <= tau`` (``mu_hat``: the mean of its measured micro-batch times, ``history`` and this step's so
     far; none yet: it starts), and, after its forward pass, finishes it only if ``b + micro[m] <= tau`` (the end
     predicted from the forward, ``b + f / forward_share``); otherwise it stops at ``b`` or at ``b + f``.
 
@@ -116,9 +119,10 @@ def predictive_stop(micro: np.ndarray, tau: float, forward_share: float, history
     return kept, stop
 
 
-def completed_times(micro: np.ndarray, kept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sum, count)`` of the first ``kept`` micro-batch times of each worker (what each worker has observed)."""
-    mask = np.arange(micro.shape[-1]) < np.asarray(kept)[..., None]
+def measured_times(micro: np.ndarray, started: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum, count)`` of the first ``started`` micro-batch times of each worker: what each worker has measured (a
+    micro-batch abandoned after its forward pass included, its time being ``f / forward_share``)."""
+    mask = np.arange(micro.shape[-1]) < np.asarray(started)[..., None]
     return np.where(mask, micro, 0.0).sum(axis=-1), mask.sum(axis=-1)
 
 
@@ -244,10 +248,10 @@ class DropCompute(DecentralizedScheme):
         """Record the step's micro-batch times (the automatic threshold's window), and choose ``tau`` after it.
 
         Every rank draws the same times (same seed) and calls this, so every rank chooses the same ``tau``. The
-        predictive rule first adds the micro-batch times each worker completed this step to its history.
+        predictive rule first adds the micro-batch times each worker measured this step to its history.
         """
         if self.check == "predictive":
-            self.remember(micro, self.schedule(micro, comm_time, self.current_tau(t)).kept)
+            self.remember(micro, self.schedule(micro, comm_time, self.current_tau(t)).started)
         if self.tau != "auto" or not (self.warmup <= t < self.warmup + self.record_steps):
             return
         self.state.recorded.append((np.array(micro, dtype=float), np.array(comm_time, dtype=float)))
@@ -268,16 +272,16 @@ class DropCompute(DecentralizedScheme):
         try:
             for m, c in zip(micro, comm_time, strict=True):
                 steps.append(self.schedule(m, c, tau))
-                self.remember(m, steps[-1].kept)
+                self.remember(m, steps[-1].started)
         finally:
             self.state.history = saved
         return Schedule(*(np.stack([getattr(s, f) for s in steps])
                           for f in ("chunk_end", "started", "kept", "stop", "comm_time")))
 
-    def remember(self, micro: np.ndarray, kept: np.ndarray) -> None:
-        """Add the first ``kept`` micro-batch times of each worker (those it completed) to its history, the
+    def remember(self, micro: np.ndarray, started: np.ndarray) -> None:
+        """Add the first ``started`` micro-batch times of each worker (those it measured) to its history, the
         predictive rule's running mean. :meth:`observe` calls it; a replay of many steps calls it after each."""
-        done, count = completed_times(micro, kept)
+        done, count = measured_times(micro, started)
         old = self.state.history or (0.0, 0)
         self.state.history = (old[0] + done, old[1] + count)
 
