@@ -15,6 +15,8 @@ Paths (the first part names the table):
 - ``schemes.LABEL_OR_NAME.KEY``: a key of one ``[[schemes]]`` entry, named by its label (its ``label`` key, or the
   label the reports give it, e.g. ``"fastest_k k=6"``) or, when only one entry has it, by its ``name``;
 - ``delays.LABEL_OR_NAME.KEY``: the same for ``[[delays]]``;
+- ``schemes.*.KEY`` / ``delays.*.KEY``: the key of every entry that sets it in the base spec, one value for all
+  (``"schemes.*.s" = [1, 2, 3]`` moves every code's ``s`` together: one axis, not a product);
 - ``KEY`` may go on into an inline table that the spec has (``delay.base.alpha`` for a mixture's component); the
   last key need not be in the spec (a parameter left at its default), the tables before it must.
 
@@ -75,7 +77,7 @@ class Grid:
     paths: list[str]
     zipped: bool
     cells: list[Cell]
-    targets: dict[str, Target]
+    targets: dict[str, list[Target]]
 
 
 def read_sweep(source: str | Path | dict) -> dict[str, Any]:
@@ -112,8 +114,8 @@ def expand(raw: dict[str, Any], *, check: bool = True) -> Grid:
     for path, values in lists.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"[sweep] {path!r} must be a non-empty list of values, got {values!r}")
-    targets = {path: locate(base, path) for path in lists}    # every path, before any cell is built
-    _frozen_labels(base, targets.values())
+    targets = {path: locate_all(base, path) for path in lists}    # every path, before any cell is built
+    _frozen_labels(base, [t for group in targets.values() for t in group])
     cells = []
     for i, combo in enumerate(_combinations(lists, zipped)):
         values = dict(zip(lists, combo, strict=True))
@@ -185,6 +187,30 @@ class Target:
 
     def set(self, spec: dict[str, Any], value: Any) -> None:
         self.table(spec)[self.keys[-1]] = copy.deepcopy(value)
+
+
+def locate_all(spec: dict[str, Any], path: str) -> list[Target]:
+    """Every place ``path`` points to: one, or with ``*`` as the entry (``schemes.*.s``) every entry of the array
+    that sets the key in ``spec`` (at least one, else a :class:`ConfigError` naming the entries)."""
+    head, _, rest = path.partition(".") if isinstance(path, str) else ("", "", "")
+    if head not in ARRAYS or not rest.startswith("*."):
+        return [locate(spec, path)]
+    key = rest[2:]
+    entries = spec.get(head) if isinstance(spec.get(head), list) else []
+    found = [i for i, e in enumerate(entries) if isinstance(e, dict) and _has(e, key)]
+    if not found:
+        raise ConfigError(f"[sweep] {path!r}: no [[{head}]] entry sets {key!r} (a '*' path moves the key of every "
+                          f"entry that has it); the entries are {', '.join(repr(_label(head, e)) for e in entries)}")
+    return [Target(head, i, _within(entries[i], key, path, f"[[{head}]] {_label(head, entries[i])!r}"))
+            for i in found]
+
+
+def _has(table: dict, dotted: str) -> bool:
+    for part in dotted.split("."):
+        if not isinstance(table, dict) or part not in table:
+            return False
+        table = table[part]
+    return True
 
 
 def locate(spec: dict[str, Any], path: str) -> Target:
@@ -261,8 +287,9 @@ def _keys(table: dict) -> list[str]:
     return [repr(k) for k in table] or ["(none)"]
 
 
-def _substitute(base: dict[str, Any], targets: dict[str, Target], values: dict[str, Any]) -> dict[str, Any]:
+def _substitute(base: dict[str, Any], targets: dict[str, list[Target]], values: dict[str, Any]) -> dict[str, Any]:
     spec = copy.deepcopy(base)
     for path, value in values.items():
-        targets[path].set(spec, value)
+        for target in targets[path]:
+            target.set(spec, value)
     return spec

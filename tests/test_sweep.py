@@ -101,6 +101,21 @@ def test_labels_are_frozen_across_cells_without_the_swept_keys():
     assert {c.spec["schemes"][1]["label"] for c in expand(raw).cells} == {"mine"}   # a given label is kept
 
 
+def test_a_star_moves_the_key_of_every_entry_that_sets_it():
+    raw = base(**{"schemes.*.s": [1, 3], "delay.alpha": [1.5, 3.0]})
+    raw["schemes"].append({"name": "coded", "code": "fractional_repetition", "s": 1})
+    grid = expand(raw)
+    assert len(grid.cells) == 4 and grid.paths == ["schemes.*.s", "delay.alpha"]
+    for cell in grid.cells:
+        s = cell.values["schemes.*.s"]
+        assert [e.get("s") for e in cell.spec["schemes"]] == [None, None, s, s]
+    # labels are frozen without s for both codes, so their rows line up across cells
+    assert {tuple(e["label"] for e in c.spec["schemes"][2:]) for c in grid.cells} == {
+        ("coded/cyclic_repetition", "coded/fractional_repetition")}
+    with pytest.raises(ConfigError, match="no \\[\\[schemes\\]\\] entry sets 'b'.*'sync'"):
+        expand(base(**{"schemes.*.b": [1, 2]}))
+
+
 @pytest.mark.parametrize("path, message", [
     ("delay", "names the table \\[delay\\] but no key"),
     ("nothing.x", "a path starts with one of cluster, workload, delay, scheme, run, schemes, delays"),
