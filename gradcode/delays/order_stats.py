@@ -87,13 +87,13 @@ def quantiles(F, probs: np.ndarray, lower: float) -> np.ndarray:
     return hi
 
 
-def exact_discrete(k: int, groups: list, load: float, shift: float) -> float:
-    """``E[T_(k:n)]`` of discrete unit times with constant communication ``shift``, summed over the support."""
+def exact_discrete(k: int, groups: list, load: float) -> float:
+    """``E[T_(k:n)]`` of discrete total times (unit time and load-independent term), summed over the support."""
     supports = []
     for _, g in groups:
-        v, w = g._unit_atoms()
+        v, w = g._total_atoms(load)
         order = np.argsort(v, kind="stable")
-        supports.append((load * v[order] + shift, np.cumsum(w[order])))
+        supports.append((v[order], np.cumsum(w[order])))
     pts = np.unique(np.concatenate([s[0] for s in supports]))
     Fs = []
     for vals, cum in supports:
@@ -103,9 +103,9 @@ def exact_discrete(k: int, groups: list, load: float, shift: float) -> float:
     return float(pts[0] + np.sum(np.diff(pts) * surv[:-1]))
 
 
-def integrate(k: int, n: int, groups: list, load: float, shift: float) -> tuple[float, float]:
-    """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)``; ``shift`` is the constant
-    communication (0 if it is random: the groups' total CDFs then include it)."""
+def integrate(k: int, n: int, groups: list, load: float) -> tuple[float, float]:
+    """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)`` (the groups' total CDFs include
+    their load-independent terms)."""
     import scipy.integrate  # imported here: scipy.stats/integrate cost 0.3 s at start-up, on every MPI rank
     import scipy.stats
 
@@ -117,9 +117,9 @@ def integrate(k: int, n: int, groups: list, load: float, shift: float) -> tuple[
     def F_avg(x: np.ndarray) -> np.ndarray:
         return sum(c * g._total_cdf(x, load) for c, g in groups) / n
 
-    lower = min(load * g._lower() for _, g in groups) + shift
+    lower = min(g._total_lower(load) for _, g in groups)
     probe = quantiles(F_avg, np.asarray(scipy.stats.beta.ppf(_BETA_LEVELS, k, n - k + 1)), lower)
-    bps = sorted({load * b + shift for _, g in groups for b in g._breakpoints() if np.isfinite(b)})
+    bps = sorted({b for _, g in groups for b in g._total_breakpoints(load)})
     edges = [lower] + sorted({float(p) for p in probe if np.isfinite(p) and p > lower})
     tol = 1e-9 * max(abs(edges[len(edges) // 2]), 1e-12)
     total, err = lower, 0.0
