@@ -138,9 +138,14 @@ class DelayModel:
     # --- sampling -------------------------------------------------------------------------------------------
     def _comm(self, seed: int, t_arr: np.ndarray, n: int, path: tuple = ()) -> np.ndarray:
         """Load-independent times ``(T, n)``: the communication (a wrapper may add to it)."""
-        if self._cd.constant:
-            return np.full((len(t_arr), n), self._cd.value)
-        return self._cd.ppf(uniforms(seed, t_arr, STREAM_COMM, path, (n,)))
+        return self._draw_comm(self._cd, seed, t_arr, n, path)
+
+    @staticmethod
+    def _draw_comm(term: Term, seed: int, t_arr: np.ndarray, n: int, path: tuple) -> np.ndarray:
+        """Draws ``(T, n)`` of a communication term from the comm stream."""
+        if term.constant:
+            return np.full((len(t_arr), n), term.value)
+        return term.ppf(uniforms(seed, t_arr, STREAM_COMM, path, (n,)))
 
     def sample(self, seed: int, t, n: int, load=1.0) -> tuple[np.ndarray, np.ndarray]:
         """Compute and communication times, each ``(T, n)``, of workers ``0..n-1`` at iterations ``t``.
@@ -266,7 +271,13 @@ class DelayModel:
         load = check_scalar_load(load)
         if method not in ("auto", "closed", "numeric"):
             raise ConfigError(f"method must be one of auto, closed, numeric, got {method!r}")
-        return self._eos(k, n, load, method)
+        # cached per model: adaptive schemes plan with the same (k, n, load) again and again, and a numeric
+        # integration costs tens of milliseconds (a model is not changed after it is built)
+        cache = self.__dict__.setdefault("_eos_cache", {})
+        key = (k, n, load, method)
+        if key not in cache:
+            cache[key] = self._eos(k, n, load, method)
+        return cache[key]
 
     def _eos(self, k: int, n: int, load: float, method: str) -> float:
         """:meth:`expected_order_statistic` of checked arguments."""
@@ -304,6 +315,7 @@ class DelayModel:
     def _with_cd(self, cd: Term, comm: float | None = None, comm_dist=None) -> DelayModel:
         """A shallow copy of this model whose load-independent term is ``cd`` (in the i.i.d. view)."""
         out = copy.copy(self)
+        out.__dict__.pop("_eos_cache", None)   # the copy's order statistics differ
         out._cd = cd
         if comm is not None:
             out.comm, out.comm_dist = comm, comm_dist

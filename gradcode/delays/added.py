@@ -106,7 +106,10 @@ class StraggleDelay(Wrapper):
         return self._extra.ppf(uniforms(seed, t_arr, STREAM_EXTRA, path, (n,)))
 
     def _comm(self, seed, t_arr, n, path=()):
-        out = super()._comm(seed, t_arr, n, path)
+        if self._own_comm:
+            out = self._draw_comm(self._plain_cd, seed, t_arr, n, path)
+        else:
+            out = self.base._comm(seed, t_arr, n, path)
         mask = self.delayed(seed, t_arr, n, path)
         if mask.any():
             out = out + np.where(mask, self._added(seed, t_arr, n, path), 0.0)
