@@ -124,7 +124,7 @@ def test_same_stragglers_whatever_the_load_and_scheme():
 
 
 # --- expected order statistics against Monte Carlo (1%) -----------------------------------------------------
-def _monte_carlo(d, n, load, iterations=12_000, seed=5):
+def _monte_carlo(d, n, load, iterations=40_000, seed=5):
     """Sorted total times ``(iterations, n)`` (sampled once and shared by every ``k``)."""
     compute, comm = d.sample(seed, np.arange(iterations), n, load)
     return np.sort(compute + comm, axis=1)
@@ -134,7 +134,7 @@ def _monte_carlo(d, n, load, iterations=12_000, seed=5):
 MC_MODELS = {
     "count_exp_extra": ({"name": "straggle", "base": {"name": "shifted_exponential", "a": 1.0, "mu": 2.0},
                          "count": 2, "extra": {"name": "exponential", "mean": 3.0}}, 6, 1.0, [4, 5, 6]),
-    "p_pareto_extra": ({"name": "straggle", "base": {"name": "exponential", "mu": 1.0}, "p": 0.25,
+    "p_pareto_extra": ({"name": "straggle", "base": {"name": "bimodal", "p": 0.3, "kappa": 3.0}, "p": 0.25,
                         "extra": {"name": "pareto", "alpha": 3.0, "t_m": 2.0}}, 8, 2.0, [4, 6, 8]),
     "p_constant": ({"name": "straggle", "base": {"name": "bimodal", "p": 0.3}, "p": 0.2, "extra": 4.0}, 5, 1.0,
                    [2, 5]),
@@ -151,7 +151,7 @@ MC_MODELS = {
         {"weight": 1, "model": {"name": "constant", "value": 2.0, "comm": 1.0, "comm_dist": "exponential"}}]},
         5, 2.0, [2, 5]),
     "heterogeneous_list": ({"name": "heterogeneous", "base": {"name": "exponential", "mu": 1.0},
-                            "speeds": [1, 1, 2, 4]}, 4, 1.0, [1, 3, 4]),
+                            "speeds": [1, 1, 2, 4]}, 4, 1.0, [3, 4]),
 }
 
 
@@ -164,7 +164,7 @@ def test_expected_order_statistic_against_monte_carlo(name):
         exact = d.expected_order_statistic(k, n, load)
         kth = times[:, k - 1]
         mc, se = kth.mean(), kth.std() / math.sqrt(len(kth))
-        assert se < 0.004 * mc, (name, k, n, se / mc)   # the check below can resolve 1% (2.5 standard errors)
+        assert se < 0.0035 * mc, (name, k, n, se / mc)   # the check below can resolve 1% (3 standard errors)
         assert exact == pytest.approx(mc, rel=0.01), (name, k, n, load, exact, mc)
 
 

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, check_float, check_int
+from ..errors import ConfigError, check_int
 from . import order_stats
 from ._comm import Term, make_comm
 from ._crn import (
@@ -45,8 +45,8 @@ class DelayModel:
     and the lower end), overriding the one-line hooks ``_unit_cdf``/``_unit_sf``/``_unit_mean``/``_lower`` where
     a closed form is more exact or there is no scipy distribution; ``_tail``, ``_breakpoints`` and ``_atoms`` help
     the integrator. Models that are not i.i.d. (trace replay, the wrappers of :mod:`.wrappers`) override
-    ``_unit``/``_micro`` instead of ``_ppf``. Communication (``comm`` mean, ``comm_dist`` any load-independent shape, :mod:`._comm`)
-    is handled here for every model.
+    ``_unit``/``_micro`` instead of ``_ppf``. Communication (``comm`` mean, ``comm_dist`` any load-independent
+    shape, :mod:`._comm`) is handled here for every model.
     """
 
     name: ClassVar[str] = ""

@@ -158,7 +158,7 @@ class Sum(Term):
     discrete; over its 2048 midpoint quantiles otherwise, a CDF error below ``1/2048``)."""
 
     def __init__(self, a: Term, b: Term):
-        if b.discrete and not a.discrete:   # convolve over the discrete one's atoms: exact
+        if a.discrete and not b.discrete:   # convolve over the discrete one's atoms (b): exact
             a, b = b, a
         self.a, self.b = a, b
         self.mean = a.mean + b.mean
