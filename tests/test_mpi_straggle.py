@@ -23,10 +23,13 @@ from gradcode.sim import simulate
 from gradcode.spec import build, load_spec, run_kwargs
 from mpi_runtime.launch import prepare
 
-SCALE = 0.02         # seconds per model time unit: sync's 6 units are 120 ms
+SCALE = 0.05         # seconds per model time unit: sync's 6 units are 300 ms
 TIMEOUT = 180
 N = 6
-OVERHEAD = 0.35      # measured mean duration at most this many model units (7 ms) above the ideal
+# the runtime's overhead on a loaded 2-core machine (7 ranks): the median iteration at most 0.5 model units (25 ms)
+# above its exact time, the mean at most 1.5 (the first iteration pays the start-up); both far below the 2 to 5
+# units that a wrong straggler rule would add (a code or fastest-k waiting for a straggler takes 6)
+MEDIAN_OVERHEAD, MEAN_OVERHEAD = 0.5, 1.5
 BASE = {"name": "constant", "value": 1.0}
 FIXED = {"name": "straggle", "base": BASE, "workers": [0, 3], "extra": 5}
 RANDOM = {"name": "straggle", "base": BASE, "count": 2, "extra": 5}
@@ -67,7 +70,8 @@ def test_classic_straggle_on_mpi(case, tmp_path):
     measured = np.array([r["end"] - r["start"] for r in records])
     np.testing.assert_allclose(ideal, expected, rtol=0, atol=1e-6)   # the emulated times: exact
     assert np.all(measured >= expected - 1e-3 / SCALE), measured
-    assert measured.mean() <= expected + OVERHEAD, (measured, expected)
+    assert np.median(measured) <= expected + MEDIAN_OVERHEAD, (measured, expected)
+    assert measured.mean() <= expected + MEAN_OVERHEAD, (measured, expected)
     # the simulator (same spec, late workers finishing as on MPI) takes the same time and the same responders
     s = load_spec(spec)
     schemes, d, workload = build(s)
