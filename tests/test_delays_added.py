@@ -237,7 +237,7 @@ def test_labels_tell_nested_tables_apart():
 
 def test_spec_round_trip():
     for spec in [CLASSIC, MC_MODELS["p_pareto_extra"][0], MC_MODELS["heterogeneous_list"][0],
-                 MC_MODELS["comm_table"][0]]:
+                 MC_MODELS["comm_table"][0], MC_MODELS["mixture_own_comm"][0]]:
         d = make_delay(spec)
         again = make_delay({k: v for k, v in d.spec().items() if v is not None})
         for seed in (0, 1):

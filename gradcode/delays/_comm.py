@@ -198,6 +198,17 @@ class Sum(Term):
         return (va[:, None] + vb[None, :]).ravel(), (wa[:, None] * wb[None, :]).ravel()
 
 
+class _Exponential(Scaled):
+    """Exponential communication of mean ``scale``: draws ``-scale log(1 - u)`` with the arithmetic of every
+    earlier version (bit for bit)."""
+
+    def ppf(self, u):
+        np.negative(u, out=u)
+        np.log1p(u, out=u)
+        u *= -self.scale
+        return u
+
+
 def plus(a: Term, b: Term) -> Term:
     """``a + b``, folding constants."""
     if a.constant and b.constant:
@@ -249,7 +260,7 @@ def make_comm(comm: float, comm_dist) -> Term:
     if not (math.isfinite(mean) and mean > 0):
         raise ConfigError(f"comm_dist {comm_dist!r} has no finite positive mean to rescale to comm = {comm} "
                           "(a Pareto needs alpha > 1)")
-    return Scaled(model, comm / mean)
+    return (_Exponential if comm_dist == "exponential" else Scaled)(model, comm / mean)
 
 
 def make_extra(extra) -> Term:

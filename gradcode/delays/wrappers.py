@@ -293,6 +293,12 @@ class MixtureDelay(Wrapper):
     def _comm_constant(self):
         return not self._mixed_comm and super()._comm_constant()
 
+    def spec(self):
+        out = super().spec()
+        if self._mixed_comm:   # each component's own: a comm here would replace them all
+            del out["comm"], out["comm_dist"]
+        return out
+
     def _mix(self, what: str, *args):
         return sum(w * getattr(m, what)(*args) for w, m in self.components)
 
