@@ -160,7 +160,7 @@ class HeterogeneousDelay(Wrapper):
             comps = [(1.0 / self._NODES, _Slowed(self.base, 1 / v, 1 / v)) for v in nodes]
         else:
             if not hasattr(speeds, "__iter__") or not len(speeds):
-                raise ConfigError(f"speeds must be a non-empty list of numbers > 0 (one per worker) or an inline "
+                raise ConfigError("speeds must be a non-empty list of numbers > 0 (one per worker) or an inline "
                                   f"table of a distribution, got {speeds!r}")
             self.speeds = tuple(check_float(f"speeds[{i}]", v, low=0.0, low_open=True)
                                 for i, v in enumerate(speeds))
