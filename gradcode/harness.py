@@ -111,13 +111,24 @@ def scheme_label(table: dict[str, Any]) -> str:
 
 
 def delay_label(table: dict[str, Any]) -> str:
-    """``label``, or ``"trace/bytedance-SE"``, ``"pareto alpha=2.0"``."""
+    """``label``, or ``"trace/bytedance-SE"``, ``"pareto alpha=2.0"``, ``"straggle base=pareto(alpha=2) count=2"``."""
     if "label" in table:
         return str(table["label"])
     if table.get("name") == "trace":
         return f"trace/{table.get('trace', 'bytedance-SE')}"
-    params = " ".join(f"{k}={v}" for k, v in table.items() if k not in ("name", "label") and not isinstance(v, dict))
+    params = " ".join(f"{k}={_compact(v)}" for k, v in table.items() if k not in ("name", "label"))
     return f"{table.get('name')} {params}".strip()
+
+
+def _compact(value: Any) -> str:
+    """A nested table as ``pareto(alpha=2)`` (so that straggle models differing only in ``base``/``extra`` get
+    different labels), a list of them as ``[a, b]``, anything else as is."""
+    if isinstance(value, dict):
+        inner = ",".join(f"{k}={_compact(v)}" for k, v in value.items() if k != "name")
+        return f"{value.get('name', '')}({inner})"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, dict) for v in value):
+        return "[" + ",".join(_compact(v) for v in value) + "]"
+    return str(value)
 
 
 def _unique(labels: list[str], where: str) -> None:

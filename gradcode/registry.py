@@ -299,7 +299,8 @@ DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {
         "constant": "ConstantDelay", "shifted_exponential": "ShiftedExponentialDelay",
         "exponential": "ExponentialDelay", "pareto": "ParetoDelay", "lognormal": "LognormalDelay",
         "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
-        "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay"}.items()
+        "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay",
+        "straggle": "StraggleDelay", "heterogeneous": "HeterogeneousDelay"}.items()
 }, group="gradcode.delays")
 
 WORKLOADS = Registry("workload", "gradcode.workloads:Workload", {

@@ -307,9 +307,11 @@ def test_wrapper_inherits_or_overrides_comm():
     base = {"name": "exponential", "comm": 0.3}
     assert make_delay("persistent", base=base).comm == 0.3
     assert make_delay("persistent", base=base, comm=1.0).comm == 1.0
-    with pytest.raises(ConfigError, match="comm"):
-        make_delay("mixture", components=[{"weight": 1, "model": base},
-                                          {"weight": 1, "model": "exponential"}])
+    # a mixture's components keep their own communication (before issue 12 this was an error)
+    mixed = make_delay("mixture", components=[{"weight": 1, "model": base},
+                                              {"weight": 1, "model": "exponential"}])
+    assert sorted(set(np.unique(mixed.sample(0, np.arange(20), 8)[1]))) == [0.0, 0.3]
+    assert mixed.mean() == pytest.approx(0.5 * (1 + 0.3) + 0.5 * 1)
 
 
 # --- trace replay -------------------------------------------------------------------------------------------
@@ -365,7 +367,7 @@ def test_trace_from_path_and_bad_file(tmp_path):
 def test_registry_and_specs_round_trip():
     names = list_delays()
     assert set(names) == {"shifted_exponential", "exponential", "pareto", "lognormal", "bimodal", "constant",
-                          "persistent", "mixture", "unresponsive", "trace"}
+                          "persistent", "mixture", "unresponsive", "trace", "straggle", "heterogeneous"}
     assert all(isinstance(v, str) and v for v in names.values())
     assert set(shipped_traces()) == {"bytedance-SE", "bytedance-AR", "bytedance-ST"}
     for spec in ALL_SPECS:

@@ -3,7 +3,9 @@
 A worker's response time is a computation part ``P_i`` that grows with its load (units of work: partitions,
 samples or micro-batches) plus a communication part ``C_i`` that does not. Every model draws the *unit* compute
 time ``U_{t,i}`` of worker ``i`` at iteration ``t`` and a load ``l`` takes ``P = l * U`` (the same draw: a load
-scaling never redraws). Communication is ``comm`` (its mean), either constant or exponential (``comm_dist``).
+scaling never redraws). Communication is ``comm`` (its mean) with any load-independent shape ``comm_dist``
+(:mod:`._comm`); ``straggle`` adds a load-independent time to some workers and ``heterogeneous`` gives workers
+different speeds (:mod:`.added`).
 
 The draws are common random numbers: worker ``i``'s time at iteration ``t`` depends only on ``(seed, t, i,
 load)``, whatever the scheme and the other workers (:mod:`._crn`). ``cdf``, ``mean`` and
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 from ..registry import DELAYS
 from ._base import DelayModel
+from .added import HeterogeneousDelay, StraggleDelay
 from .parametric import (
     BimodalDelay,
     ConstantDelay,
@@ -60,11 +63,13 @@ __all__ = [
     "ConstantDelay",
     "DelayModel",
     "ExponentialDelay",
+    "HeterogeneousDelay",
     "LognormalDelay",
     "MixtureDelay",
     "ParetoDelay",
     "PersistentDelay",
     "ShiftedExponentialDelay",
+    "StraggleDelay",
     "TraceDelay",
     "UnresponsiveDelay",
     "Wrapper",

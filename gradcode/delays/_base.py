@@ -19,8 +19,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ConfigError, check_float, check_int
+from ..errors import ConfigError, check_int
 from . import order_stats
+from ._comm import Term, make_comm
 from ._crn import (
     STREAM_COMM,
     STREAM_COMPUTE,
@@ -31,8 +32,6 @@ from ._crn import (
     check_t,
     uniforms,
 )
-
-COMM_DISTS = ("constant", "exponential")
 
 _GRID = 2048  # quantile-grid size of a continuous unit time (for the exponential-communication convolution)
 _CHUNK = 4_000_000  # elements per block in the convolution
@@ -46,19 +45,18 @@ class DelayModel:
     and the lower end), overriding the one-line hooks ``_unit_cdf``/``_unit_sf``/``_unit_mean``/``_lower`` where
     a closed form is more exact or there is no scipy distribution; ``_tail``, ``_breakpoints`` and ``_atoms`` help
     the integrator. Models that are not i.i.d. (trace replay, the wrappers of :mod:`.wrappers`) override
-    ``_unit``/``_micro`` instead of ``_ppf``. Communication (``comm`` mean, ``comm_dist`` constant or exponential)
-    is handled here for every model.
+    ``_unit``/``_micro`` instead of ``_ppf``. Communication (``comm`` mean, ``comm_dist`` any load-independent
+    shape, :mod:`._comm`) is handled here for every model.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     source: ClassVar[str] = ""
 
-    def __init__(self, *, comm: float = 0.0, comm_dist: str = "constant"):
-        self.comm = check_float("comm", comm, low=0.0)
-        if comm_dist not in COMM_DISTS:
-            raise ConfigError(f"comm_dist must be one of {', '.join(COMM_DISTS)}, got {comm_dist!r}")
-        self.comm_dist = comm_dist
+    def __init__(self, *, comm: float = 0.0, comm_dist: str | dict = "constant"):
+        self._cd: Term = make_comm(comm, comm_dist)   # the communication term (see ._comm)
+        self.comm = float(comm)
+        self.comm_dist = comm_dist if isinstance(comm_dist, str) else dict(comm_dist)
         self._params: dict = {}
 
     # --- the unit time: hooks for subclasses ------------------------------------------------------------------
@@ -138,14 +136,16 @@ class DelayModel:
         return []
 
     # --- sampling -------------------------------------------------------------------------------------------
-    def _comm(self, seed: int, t_arr: np.ndarray, n: int) -> np.ndarray:
-        if self.comm_dist == "exponential" and self.comm > 0:
-            u = uniforms(seed, t_arr, STREAM_COMM, (), (n,))
-            np.negative(u, out=u)
-            np.log1p(u, out=u)
-            u *= -self.comm
-            return u
-        return np.full((len(t_arr), n), self.comm)
+    def _comm(self, seed: int, t_arr: np.ndarray, n: int, path: tuple = ()) -> np.ndarray:
+        """Load-independent times ``(T, n)``: the communication (a wrapper may add to it)."""
+        return self._draw_comm(self._cd, seed, t_arr, n, path)
+
+    @staticmethod
+    def _draw_comm(term: Term, seed: int, t_arr: np.ndarray, n: int, path: tuple) -> np.ndarray:
+        """Draws ``(T, n)`` of a communication term from the comm stream."""
+        if term.constant:
+            return np.full((len(t_arr), n), term.value)
+        return term.ppf(uniforms(seed, t_arr, STREAM_COMM, path, (n,)))
 
     def sample(self, seed: int, t, n: int, load=1.0) -> tuple[np.ndarray, np.ndarray]:
         """Compute and communication times, each ``(T, n)``, of workers ``0..n-1`` at iterations ``t``.
@@ -180,20 +180,11 @@ class DelayModel:
 
     # --- one worker's distribution (i.i.d. view) ------------------------------------------------------------
     def _comm_constant(self) -> bool:
-        return self.comm_dist == "constant" or self.comm == 0
+        return self._cd.constant
 
-    def _comm_cdf(self, y: np.ndarray) -> np.ndarray:
-        if not self._comm_constant():
-            return np.where(y > 0, -np.expm1(-np.maximum(y, 0.0) / self.comm), 0.0)
-        return (y >= self.comm).astype(float)
-
-    def _exp_comm_sf(self, y: np.ndarray) -> np.ndarray:
-        """``P(C > y)`` for exponential communication ``C`` of mean ``self.comm``."""
-        return np.where(y > 0, np.exp(-np.maximum(y, 0.0) / self.comm), 1.0)
-
-    def _convolve_exp_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
+    def _convolve_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
         """``E_U[kernel(x - load * U)]`` over the unit time's atoms: the CDF (or survival function) of
-        ``load * U + C`` for exponential ``C``, whose own CDF (survival function) is ``kernel``.
+        ``load * U + C`` for random ``C`` (independent of ``U``), whose own CDF (survival function) is ``kernel``.
 
         Over the 2048 midpoint quantiles of a continuous ``U`` the error is at most ``1/2048`` in the CDF, in
         practice far less; over the atoms of a discrete ``U`` it is exact.
@@ -212,9 +203,9 @@ class DelayModel:
         x = np.asarray(x, dtype=float)
         if not self._comm_constant():
             if load == 0:
-                return self._comm_cdf(x)
-            return self._convolve_exp_comm(x, load, self._comm_cdf)
-        y = x - self.comm
+                return self._cd.cdf(x)
+            return self._convolve_comm(x, load, self._cd.cdf)
+        y = x - self._cd.value
         if load == 0:
             return (y >= 0).astype(float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -225,9 +216,9 @@ class DelayModel:
         x = np.asarray(x, dtype=float)
         if not self._comm_constant():
             if load == 0:
-                return self._exp_comm_sf(x)
-            return self._convolve_exp_comm(x, load, self._exp_comm_sf)
-        y = x - self.comm
+                return self._cd.sf(x)
+            return self._convolve_comm(x, load, self._cd.sf)
+        y = x - self._cd.value
         if load == 0:
             return (y < 0).astype(float)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -240,7 +231,29 @@ class DelayModel:
     def mean(self, load=1.0) -> float:
         """``E[load * U + C]`` (``inf`` if the unit time has no mean and ``load > 0``)."""
         load = check_scalar_load(load)
-        return (load * self._unit_mean() if load > 0 else 0.0) + self.comm
+        return (load * self._unit_mean() if load > 0 else 0.0) + self._cd.mean
+
+    def _total_lower(self, load: float) -> float:
+        """Lower end of ``load * U + C``."""
+        return (load * self._lower() if load > 0 else 0.0) + self._cd.lower()
+
+    def _total_breakpoints(self, load: float) -> list[float]:
+        """Where the CDF of ``load * U + C`` may jump or kink (help for the quadrature)."""
+        unit = [load * b for b in self._breakpoints() if np.isfinite(b)] if load > 0 else [0.0]
+        return sorted({u + c for u in unit[:100] for c in self._cd.breakpoints()[:50] if np.isfinite(c)})
+
+    def _total_tail(self, load: float) -> float:
+        """Power-law tail index of ``load * U + C``."""
+        return min(self._tail() if load > 0 else math.inf, self._cd.tail())
+
+    def _total_discrete(self, load: float) -> bool:
+        return (self._discrete or load == 0) and self._cd.discrete
+
+    def _total_atoms(self, load: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(values, weights)`` of ``load * U + C`` (exact when :meth:`_total_discrete`)."""
+        v, w = self._unit_atoms() if load > 0 else (np.zeros(1), np.ones(1))
+        cv, cw = self._cd.atoms()
+        return (load * v[:, None] + cv[None, :]).ravel(), (w[:, None] * cw[None, :]).ravel()
 
     # --- order statistics -----------------------------------------------------------------------------------
     def expected_order_statistic(self, k: int, n: int, load=1.0, *, method: str = "auto") -> float:
@@ -258,7 +271,13 @@ class DelayModel:
         load = check_scalar_load(load)
         if method not in ("auto", "closed", "numeric"):
             raise ConfigError(f"method must be one of auto, closed, numeric, got {method!r}")
-        return self._eos(k, n, load, method)
+        # cached per model: adaptive schemes plan with the same (k, n, load) again and again, and a numeric
+        # integration costs tens of milliseconds (a model is not changed after it is built)
+        cache = self.__dict__.setdefault("_eos_cache", {})
+        key = (k, n, load, method)
+        if key not in cache:
+            cache[key] = self._eos(k, n, load, method)
+        return cache[key]
 
     def _eos(self, k: int, n: int, load: float, method: str) -> float:
         """:meth:`expected_order_statistic` of checked arguments."""
@@ -270,13 +289,12 @@ class DelayModel:
                 raise ConfigError(f"{self.name} has no closed form for E[T_(k:n)] with "
                                   f"comm_dist={self.comm_dist!r}; use method='auto' or 'numeric'")
         groups = [(c, g) for c, g in self._groups(n) if c > 0]
-        tail = min(g._tail() for _, g in groups) if load > 0 else math.inf
+        tail = min(g._total_tail(load) for _, g in groups)
         if tail * (n - k + 1) <= 1:
             return math.inf
-        shift = self.comm if self._comm_constant() else 0.0
-        if method == "auto" and self._comm_constant() and all(g._discrete for _, g in groups):
-            return order_stats.exact_discrete(k, groups, load, shift)
-        total, err = order_stats.integrate(k, n, groups, load, shift)
+        if method == "auto" and all(g._total_discrete(load) for _, g in groups):
+            return order_stats.exact_discrete(k, groups, load)
+        total, err = order_stats.integrate(k, n, groups, load)
         if err > 1e-4 * abs(total):
             warnings.warn(f"{self.name}: E[T_({k}:{n})] = {total:.6g} by numeric integration is accurate "
                           f"only to about {err:.2g}", RuntimeWarning, stacklevel=3)
@@ -292,9 +310,22 @@ class DelayModel:
 
     def _with_comm(self, comm: float, comm_dist: str) -> DelayModel:
         """A shallow copy of this model with another communication."""
+        return self._with_cd(make_comm(comm, comm_dist), comm, comm_dist)
+
+    def _with_cd(self, cd: Term, comm: float | None = None, comm_dist=None) -> DelayModel:
+        """A shallow copy of this model whose load-independent term is ``cd`` (in the i.i.d. view)."""
         out = copy.copy(self)
-        out.comm, out.comm_dist = comm, comm_dist
+        out.__dict__.pop("_eos_cache", None)   # the copy's order statistics differ
+        out._cd = cd
+        if comm is not None:
+            out.comm, out.comm_dist = comm, comm_dist
         return out
+
+    def _comm_key(self):
+        """What identifies this model's load-independent term (wrappers compare their inner models' keys)."""
+        import json
+
+        return (self.comm, json.dumps(self.comm_dist, sort_keys=True))
 
     # --- misc -----------------------------------------------------------------------------------------------
     def spec(self) -> dict:

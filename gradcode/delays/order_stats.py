@@ -50,8 +50,6 @@ def order_survival(k: int, counts: list[int], Ss: list[np.ndarray]) -> np.ndarra
     """
     if len(counts) == 1:
         return binom_cdf(k - 1, counts[0], Ss[0])
-    import scipy.stats
-
     m = len(Ss[0])
     K = min(k, sum(counts[1:]) + 1)
     # pmf of the number of successes among groups 1.. (truncated to 0..K-1), per point
@@ -59,7 +57,8 @@ def order_survival(k: int, counts: list[int], Ss: list[np.ndarray]) -> np.ndarra
     pmf[:, 0] = 1.0
     for c, S in zip(counts[1:], Ss[1:], strict=True):
         j = np.arange(min(c, K - 1) + 1)
-        gp = scipy.stats.binom.pmf(j[None, :], c, 1.0 - S[:, None])  # (m, len(j))
+        S_ = np.clip(S[:, None], 0.0, 1.0)   # binomial pmf in numpy (scipy.stats' per-call overhead dominated)
+        gp = scipy.special.comb(c, j)[None, :] * (1.0 - S_) ** j[None, :] * S_ ** (c - j)[None, :]  # (m, len(j))
         new = np.zeros((m, K))
         for jj in j:
             new[:, jj:] += pmf[:, :K - jj] * gp[:, [jj]]
@@ -87,13 +86,13 @@ def quantiles(F, probs: np.ndarray, lower: float) -> np.ndarray:
     return hi
 
 
-def exact_discrete(k: int, groups: list, load: float, shift: float) -> float:
-    """``E[T_(k:n)]`` of discrete unit times with constant communication ``shift``, summed over the support."""
+def exact_discrete(k: int, groups: list, load: float) -> float:
+    """``E[T_(k:n)]`` of discrete total times (unit time and load-independent term), summed over the support."""
     supports = []
     for _, g in groups:
-        v, w = g._unit_atoms()
+        v, w = g._total_atoms(load)
         order = np.argsort(v, kind="stable")
-        supports.append((load * v[order] + shift, np.cumsum(w[order])))
+        supports.append((v[order], np.cumsum(w[order])))
     pts = np.unique(np.concatenate([s[0] for s in supports]))
     Fs = []
     for vals, cum in supports:
@@ -103,9 +102,9 @@ def exact_discrete(k: int, groups: list, load: float, shift: float) -> float:
     return float(pts[0] + np.sum(np.diff(pts) * surv[:-1]))
 
 
-def integrate(k: int, n: int, groups: list, load: float, shift: float) -> tuple[float, float]:
-    """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)``; ``shift`` is the constant
-    communication (0 if it is random: the groups' total CDFs then include it)."""
+def integrate(k: int, n: int, groups: list, load: float) -> tuple[float, float]:
+    """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)`` (the groups' total CDFs include
+    their load-independent terms)."""
     import scipy.integrate  # imported here: scipy.stats/integrate cost 0.3 s at start-up, on every MPI rank
     import scipy.stats
 
@@ -117,9 +116,9 @@ def integrate(k: int, n: int, groups: list, load: float, shift: float) -> tuple[
     def F_avg(x: np.ndarray) -> np.ndarray:
         return sum(c * g._total_cdf(x, load) for c, g in groups) / n
 
-    lower = min(load * g._lower() for _, g in groups) + shift
+    lower = min(g._total_lower(load) for _, g in groups)
     probe = quantiles(F_avg, np.asarray(scipy.stats.beta.ppf(_BETA_LEVELS, k, n - k + 1)), lower)
-    bps = sorted({load * b + shift for _, g in groups for b in g._breakpoints() if np.isfinite(b)})
+    bps = sorted({b for _, g in groups for b in g._total_breakpoints(load)})
     edges = [lower] + sorted({float(p) for p in probe if np.isfinite(p) and p > lower})
     tol = 1e-9 * max(abs(edges[len(edges) // 2]), 1e-12)
     total, err = lower, 0.0
@@ -138,3 +137,4 @@ def integrate(k: int, n: int, groups: list, load: float, shift: float) -> tuple[
         else:
             val, e = scipy.integrate.quad(G, q, math.inf, limit=200, epsabs=tol, epsrel=1e-8)
     return float(total + val), err + e
+

@@ -105,7 +105,7 @@ class ShiftedExponentialDelay(DelayModel):
 
 
 class ExponentialDelay(ShiftedExponentialDelay):
-    """Unit time ``Exp(mu)`` (the shifted exponential with ``a = 0``). [paper]
+    """Unit time ``Exp(mu)`` (the shifted exponential with ``a = 0``); ``mean = 1/mu`` may be given instead. [paper]
 
     ``E[T_(k:n)] = (l/mu)(H_n - H_{n-k}) + comm`` (constant comm).
 
@@ -114,10 +114,15 @@ class ExponentialDelay(ShiftedExponentialDelay):
     """
 
     name = "exponential"
-    description = "unit time Exp(mu) (mean 1/mu)"
+    description = "unit time Exp(mu) (mean 1/mu; or give mean)"
 
-    def __init__(self, mu: float = 1.0, *, comm: float = 0.0, comm_dist: str = "constant"):
-        super().__init__(a=0.0, mu=mu, comm=comm, comm_dist=comm_dist)
+    def __init__(self, mu: float | None = None, mean: float | None = None, *, comm: float = 0.0,
+                 comm_dist: str = "constant"):
+        if mu is not None and mean is not None:
+            raise ConfigError("exponential: give either mu (the rate) or mean (= 1/mu), not both")
+        if mean is not None:
+            mu = 1.0 / check_float("mean", mean, low=0.0, low_open=True)
+        super().__init__(a=0.0, mu=1.0 if mu is None else mu, comm=comm, comm_dist=comm_dist)
         self._params = {"mu": self.mu}
 
 

@@ -9,6 +9,7 @@ A new wrapper is a constructor and one or two short methods. See ``docs/referenc
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,14 +25,36 @@ class Wrapper(DelayModel):
     view is their mixture, and every hook of that view is derived from them here (zero weights are kept where
     they cannot matter, so that a slowed copy still offers its breakpoints to the quadrature). Sampling draws the
     first component's model and passes the draws to :meth:`_adjust`; a wrapper that samples differently overrides
-    ``_unit``/``_micro``. Communication is ``comm``/``comm_dist`` if given, else the inner models' (which must then
-    agree).
+    ``_unit``/``_micro``. Communication is ``comm``/``comm_dist`` if given (drawn here), else the inner models'
+    (which must then agree, and the first component draws it: a wrapped ``straggle`` keeps its added time).
     """
 
-    def __init__(self, components: list[tuple[float, DelayModel]], *, comm: float | None, comm_dist: str | None):
-        c, d = _inherit_comm([m for _, m in components], comm, comm_dist, self.name)
-        super().__init__(comm=c, comm_dist=d)
+    _per_component_comm: ClassVar[bool] = False   # a mixture lets each component keep its own communication
+
+    def __init__(self, components: list[tuple[float, DelayModel]], *, comm: float | None,
+                 comm_dist: str | dict | None):
+        inner = [m for _, m in components]
+        self._own_comm = comm is not None or comm_dist is not None
+        self._mixed_comm = not self._own_comm and len({m._comm_key() for m in inner}) > 1
+        if self._mixed_comm and self._per_component_comm and comm is None and comm_dist is None:
+            super().__init__()   # each component keeps its own; the i.i.d. view mixes the total times
+        else:
+            c, d = _inherit_comm(inner, comm, comm_dist, self.name)
+            super().__init__(comm=c, comm_dist=d)
+            self._mixed_comm = False
+            if comm is None and comm_dist is None:
+                self._cd = inner[0]._cd   # the wrapped model's term (a straggler's added time included)
         self.components = components
+
+    def _comm_key(self):
+        if self._own_comm:
+            return super()._comm_key()
+        return ("mixed", id(self)) if self._mixed_comm else self.components[0][1]._comm_key()
+
+    def _comm(self, seed, t_arr, n, path=()):
+        if self._own_comm:
+            return super()._comm(seed, t_arr, n, path)
+        return self.components[0][1]._comm(seed, t_arr, n, path)
 
     def _wrapped(self):
         models = [m for _, m in self.components]
@@ -149,8 +172,8 @@ class PersistentDelay(Wrapper):
         if self.workers is None:
             return [(n, self)]
         d = sum(1 for w in self.workers if w < n)
-        return [(n - d, self.base._with_comm(self.comm, self.comm_dist)),
-                (d, self._slow._with_comm(self.comm, self.comm_dist))]
+        return [(n - d, self.base._with_cd(self._cd, self.comm, self.comm_dist)),
+                (d, self._slow._with_cd(self._cd, self.comm, self.comm_dist))]
 
 
 class _Slowed(DelayModel):
@@ -161,7 +184,11 @@ class _Slowed(DelayModel):
 
     def __init__(self, base: DelayModel, lo: float, hi: float):
         super().__init__(comm=base.comm, comm_dist=base.comm_dist)
+        self._cd = base._cd
         self.base, self.lo, self.hi = base, lo, hi
+
+    def _comm_key(self):
+        return self.base._comm_key()
 
     def _wrapped(self):
         return [self.base]
@@ -229,6 +256,8 @@ class MixtureDelay(Wrapper):
     description = "per (t, i) one of several models, chosen with the given weights"
     source = "[derived]"
 
+    _per_component_comm = True
+
     def __init__(self, components=(), *, comm: float | None = None, comm_dist: str | None = None):
         weights, models = _check_components(components)
         self.weights = np.array(weights) / sum(weights)
@@ -254,6 +283,61 @@ class MixtureDelay(Wrapper):
 
     def _micro(self, seed, t_arr, n, M, path):
         return self._pick(seed, t_arr, n, path, lambda m, p: m._micro(seed, t_arr, n, M, p), (len(t_arr), n, M))
+
+    # --- components with their own communication: the chosen component's, and a mixture of total times -----
+    def _comm(self, seed, t_arr, n, path=()):
+        if not self._mixed_comm:
+            return super()._comm(seed, t_arr, n, path)
+        return self._pick(seed, t_arr, n, path, lambda m, p: m._comm(seed, t_arr, n, p), (len(t_arr), n))
+
+    def _comm_constant(self):
+        return not self._mixed_comm and super()._comm_constant()
+
+    def spec(self):
+        out = super().spec()
+        if self._mixed_comm:   # each component's own: a comm here would replace them all
+            del out["comm"], out["comm_dist"]
+        return out
+
+    def _mix(self, what: str, *args):
+        return sum(w * getattr(m, what)(*args) for w, m in self.components)
+
+    def _total_cdf(self, x, load):
+        return self._mix("_total_cdf", x, load) if self._mixed_comm else super()._total_cdf(x, load)
+
+    def _total_sf(self, x, load):
+        return self._mix("_total_sf", x, load) if self._mixed_comm else super()._total_sf(x, load)
+
+    def mean(self, load=1.0):
+        if not self._mixed_comm:
+            return super().mean(load)
+        return float(sum(w * m.mean(load) for w, m in self.components if w > 0))
+
+    def _total_lower(self, load):
+        if not self._mixed_comm:
+            return super()._total_lower(load)
+        return min(m._total_lower(load) for _, m in self.components)
+
+    def _total_breakpoints(self, load):
+        if not self._mixed_comm:
+            return super()._total_breakpoints(load)
+        return sorted({b for _, m in self.components for b in m._total_breakpoints(load)})
+
+    def _total_tail(self, load):
+        if not self._mixed_comm:
+            return super()._total_tail(load)
+        return min(m._total_tail(load) for w, m in self.components if w > 0)
+
+    def _total_discrete(self, load):
+        if not self._mixed_comm:
+            return super()._total_discrete(load)
+        return all(m._total_discrete(load) for w, m in self.components if w > 0)
+
+    def _total_atoms(self, load):
+        if not self._mixed_comm:
+            return super()._total_atoms(load)
+        parts = [(w, m._total_atoms(load)) for w, m in self.components]
+        return np.concatenate([v for _, (v, _) in parts]), np.concatenate([w * pw for w, (_, pw) in parts])
 
 
 class UnresponsiveDelay(Wrapper):
@@ -293,7 +377,7 @@ class UnresponsiveDelay(Wrapper):
         live = n - len(self._dead(n))
         if k > live:
             return math.inf
-        return self.base._with_comm(self.comm, self.comm_dist)._eos(k, live, load, method)
+        return self.base._with_cd(self._cd, self.comm, self.comm_dist)._eos(k, live, load, method)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -303,11 +387,11 @@ def _inherit_comm(inner: list[DelayModel], comm, comm_dist, what: str) -> tuple[
     """A wrapper's communication: given, or else the wrapped models' (which must then agree)."""
     if comm is not None and comm_dist is not None:
         return comm, comm_dist
-    pairs = {(m.comm, m.comm_dist) for m in inner}
-    if len(pairs) > 1:
-        raise ConfigError(f"{what}: the wrapped models have different communication {sorted(pairs)}; give comm "
+    if len({m._comm_key() for m in inner}) > 1:
+        pairs = sorted({(m.comm, str(m.comm_dist)) for m in inner})
+        raise ConfigError(f"{what}: the wrapped models have different communication {pairs}; give both comm "
                           f"and comm_dist on the {what} itself (they replace the wrapped models')")
-    c, d = pairs.pop()
+    c, d = inner[0].comm, inner[0].comm_dist
     return (c if comm is None else comm), (d if comm_dist is None else comm_dist)
 
 
