@@ -34,6 +34,7 @@ from ._crn import (
 )
 
 _GRID = 2048  # quantile-grid size of a continuous unit time (for the exponential-communication convolution)
+_FEW_ATOMS = 64      # a discrete communication term with at most this many values is summed over exactly
 _CHUNK = 4_000_000  # elements per block in the convolution
 
 
@@ -198,12 +199,28 @@ class DelayModel:
             out[s:s + step] = kernel(flat[s:s + step, None] - lv[None, :]) @ w
         return np.clip(out, 0.0, 1.0).reshape(x.shape)
 
+    def _few_comm_atoms(self) -> bool:
+        """A discrete communication term with few values (a constant that a straggler's constant ``extra`` is added
+        to with probability ``p``): the CDF is then an exact, short sum over its atoms (see below)."""
+        return self._cd.discrete and len(self._cd.atoms()[0]) <= _FEW_ATOMS
+
+    def _over_comm_atoms(self, x: np.ndarray, load: float, unit) -> np.ndarray:
+        """``sum_j w_j unit((x - c_j) / load)`` over the communication's atoms ``(c_j, w_j)``: the CDF (``unit`` =
+        :meth:`_unit_cdf`) or survival function (:meth:`_unit_sf`) of ``load * U + C``, exact and in closed form,
+        where :meth:`_convolve_comm` would sum 2048 quantiles of ``U`` (an order statistic with a continuous ``U``
+        and a straggler's added time took seconds that way; adaptive_k_load plans with dozens of them)."""
+        cv, cw = self._cd.atoms()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.clip(unit((x[..., None] - cv) / load) @ cw, 0.0, 1.0)
+
     def _total_cdf(self, x: np.ndarray, load: float) -> np.ndarray:
         """CDF of ``load * U + C`` (``load`` a checked scalar)."""
         x = np.asarray(x, dtype=float)
         if not self._comm_constant():
             if load == 0:
                 return self._cd.cdf(x)
+            if self._few_comm_atoms():
+                return self._over_comm_atoms(x, load, self._unit_cdf)
             return self._convolve_comm(x, load, self._cd.cdf)
         y = x - self._cd.value
         if load == 0:
@@ -217,6 +234,8 @@ class DelayModel:
         if not self._comm_constant():
             if load == 0:
                 return self._cd.sf(x)
+            if self._few_comm_atoms():
+                return self._over_comm_atoms(x, load, self._unit_sf)
             return self._convolve_comm(x, load, self._cd.sf)
         y = x - self._cd.value
         if load == 0:
