@@ -164,6 +164,7 @@ def work_done(plan: Plan, begin: np.ndarray, compute: np.ndarray, end: float, st
         return np.where(started, load, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(compute > 0, np.clip((end - begin) / compute, 0.0, 1.0), 1.0)
+    share[begin + compute <= end] = 1.0    # finished (exactly: not 1 - 1e-16 from the subtraction's round-off)
     return np.where(started, load * share, 0.0)
 
 

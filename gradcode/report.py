@@ -22,7 +22,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   unit (``[run] batch`` or the scheme's ``batch``, adaptive_k_load's ``max_batch``; the partition size
   ``N / n_parts``, ``N`` samples, without mini-batches);
 - ``wasted_fraction = wasted_units / computed_units``: the share of the computation no combine used;
-- ``messages`` and ``bytes = messages x d x 8`` (a streaming scheme: the floats its records count x 8) (x 2 for complex codes, whose messages carry two reals per entry;
+- ``messages`` and ``bytes = messages x d x 8`` (a streaming scheme: the floats its records count x 8)
+  (x 2 for complex codes, whose messages carry two reals per entry;
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
   exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
@@ -50,11 +51,12 @@ from .numfmt import fmt_ci, fmt_value
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
            "time_to_target", "final_loss", "computed_units", "wasted_units", "wasted_fraction", "samples_computed",
-           "samples_wasted", "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration", "speedup_target",
-           "scheme_name", "run_id"]
+           "samples_wasted", "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration",
+           "speedup_target", "scheme_name", "run_id"]
 AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
               ("time_to_target", "time to target"), ("final_loss", "final loss"),
-              ("samples_computed", "samples computed"), ("wasted_fraction", "wasted"), ("bytes", "bytes sent"), ("mean_residual", "residual"),
+              ("samples_computed", "samples computed"), ("wasted_fraction", "wasted"), ("bytes", "bytes sent"),
+              ("mean_residual", "residual"),
               ("speedup_iteration", "speedup/it."), ("speedup_target", "speedup to target")]
 MPI_TOLERANCE = 0.10
 

@@ -168,7 +168,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         ends = clock + np.cumsum(kth)
         # abandon: a worker stops at the end, having done kth / compute of its load (work_done's rule)
         with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(compute > 0, np.clip(kth[:, None] / compute, 0.0, 1.0), 1.0)
+            share = np.where((compute > 0) & (compute > kth[:, None]), kth[:, None] / compute, 1.0)
         computed_t = (share * load).sum(axis=1)
         starts = np.concatenate(([clock], ends[:-1]))
         for j, t in enumerate(ts):
