@@ -187,7 +187,7 @@ class Stream:
     (its local deadline). Its message after ``c`` chunks (``c`` in ``scheme.emits``) arrives ``comm_i`` after chunk
     ``c`` ends (sending overlaps the next chunk). ``received`` are the messages, in arrival order, that ended the
     iteration at ``end``; ``done[i]`` the chunks worker ``i`` computes on this plan (all it started under
-    ``finish``; under ``abandon`` those begun before ``end``: the chunk in progress is finished, then the worker
+    ``finish``; under ``abandon`` those begun by ``end``: the chunk in progress is finished, then the worker
     drops the rest), ``free[i]`` when it can take the next plan.
     """
 
@@ -259,7 +259,8 @@ def stream_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
         last = ends[np.arange(len(begin)), np.maximum(done - 1, 0)]
         free = np.where(took, last, begin)
     else:
-        done = np.where(took, np.minimum(started, (chunk_start < end).sum(axis=1)), 0)
+        # a chunk that starts at the very instant the iteration ends is started: the worker cannot know yet
+        done = np.where(took, np.minimum(started, (chunk_start <= end).sum(axis=1)), 0)
         free = np.where(took, ends[np.arange(len(begin)), np.maximum(done - 1, 0)], begin)
     sent = np.zeros(len(begin), dtype=int)
     for i, c in ids:

@@ -262,8 +262,9 @@ class Scheme:
         return tuple(plan.parts[i][prev:c])
 
     def stream_done(self, received, plan: Plan) -> bool:
-        """May the iteration end, given the messages ``(worker, chunks)`` received so far (in arrival order)?"""
-        raise NotImplementedError(f"{self.name} does not stream")
+        """May the iteration end, given the messages ``(worker, chunks)`` received so far (in arrival order)? By
+        default (one message per worker) :meth:`done` of the workers that sent them."""
+        return self.done([i for i, _ in received])
 
     def stream_stop_index(self, received, plan: Plan) -> int | None:
         """Number of first messages of ``received`` after which the iteration ends; ``None`` if never (binary
@@ -280,8 +281,9 @@ class Scheme:
         return lo
 
     def combine_stream(self, messages: np.ndarray, received, plan: Plan) -> Combined:
-        """The estimate from the ``(len(received), d)`` messages ``(worker, chunks)``."""
-        raise NotImplementedError(f"{self.name} does not stream")
+        """The estimate from the ``(len(received), d)`` messages ``(worker, chunks)``; by default (one message per
+        worker) :meth:`combine` of their workers."""
+        return self.combine(messages, [i for i, _ in received], plan)
 
     def observe_chunks(self, t: int, chunk_time: np.ndarray) -> None:
         """Learn from iteration ``t``'s seconds per chunk of every worker (``nan`` where unknown); streaming schemes
