@@ -1,13 +1,13 @@
 """Everything a rank needs from the spec, validated before launch (this module never imports mpi4py).
 
 :func:`load_run` reads the spec with :func:`gradcode.spec.load_spec` (which validates every table) and adds the
-checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers`` (``finish``,
-or ``abandon``: workers drop a stale plan between chunks, :mod:`mpi_runtime.worker`), ``[run] time_scale`` (wall-clock seconds
-per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails naming the
-rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading and building
-on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it before launching
-``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every rank builds the
-same scheme, delay model and workload.
+checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers`` (``finish``, or
+``abandon``: workers drop a stale plan between chunks, :mod:`mpi_runtime.worker`), ``[run] time_scale`` (wall-clock
+seconds per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails
+naming the rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading
+and building on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it
+before launching ``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every
+rank builds the same scheme, delay model and workload.
 """
 
 from __future__ import annotations

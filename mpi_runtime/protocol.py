@@ -15,8 +15,9 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
 **Tags.** MPI only guarantees tags ``0..32767``. Data messages carry ``t mod 32766`` and the header repeats the
 full iteration number, so a late message is recognised even after the tag wraps around; ``32767`` is reserved for
 control, ``32766`` for the results of a streaming run (several per plan, and late ones under ``abandon``: the master
-keeps one receive posted per worker on that tag, reposted after each arrival, and sorts them by their header). Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on
-one communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
+keeps one receive posted per worker on that tag, reposted after each arrival, and sorts them by their header).
+Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on one
+communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
 been matched (and a pending receive for it can be cancelled safely, see :func:`cancel_receive`).
 
 **Shared memory.** When every rank runs on one node, the 800 kB-scale payloads do not travel at all: the master
