@@ -210,8 +210,8 @@ class Stream:
         """Load units each worker delivered in the received messages (a chunk delivered twice counts twice)."""
         used = np.zeros(len(self.done))
         unit = _chunk_load(plan, len(self.done))
-        for i, c in self.received:
-            used[i] += len(scheme.message_parts(i, c, plan)) * unit[i]
+        for i, c in self.received:   # the chunks since the worker's previous message
+            used[i] += (c - max((e for e in scheme.emits(i, plan) if e < c), default=0)) * unit[i]
         return used
 
 

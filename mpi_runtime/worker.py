@@ -232,6 +232,7 @@ class Worker:
         out = self.result
         if msg is not None:
             out[P.RESULT_HEADER:P.RESULT_HEADER + len(msg)] = msg
+            self.faults.maybe_poison(t, out[P.RESULT_HEADER:])
         out[:P.RESULT_HEADER] = (t, self.i, 0.0, 0.0, 0.0, time.time(), c, kind)
         if last:
             self.free = out[5]

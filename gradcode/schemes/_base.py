@@ -257,7 +257,10 @@ class Scheme:
         return np.asarray(partials)[prev:c].sum(axis=0)
 
     def message_parts(self, i: int, c: int, plan: Plan) -> tuple[int, ...]:
-        """The partitions whose gradients message ``(i, c)`` carries (what it *uses* of the worker's work)."""
+        """The partitions whose gradients message ``(i, c)`` carries (what it *uses* of the worker's work): the
+        chunks since the worker's previous message (all its partitions in an unchunked plan)."""
+        if not plan.chunked:
+            return tuple(plan.parts[i])
         prev = max((e for e in self.emits(i, plan) if e < c), default=0)
         return tuple(plan.parts[i][prev:c])
 
