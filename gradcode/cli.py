@@ -1,5 +1,5 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``report``."""
+``sweep``, ``report``."""
 
 from __future__ import annotations
 
@@ -35,9 +35,22 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", help="output folder (default: results/<spec name>)")
     cmp_.add_argument("--quick", action="store_true", help="a reduced run: fewer iterations and seeds (CI)")
     cmp_.add_argument("--cluster", choices=["sim", "mpi", "both"], help="override [cluster] kind")
+    _run_overrides(cmp_)
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
                            "there (without it, that is an error: a folder holds one experiment)")
+    swp = sub.add_parser("sweep", help="run a spec's [sweep] grid: one comparison per cell, in parallel; sweep.csv, "
+                                       "report.md and the regime map")
+    swp.add_argument("spec", help="experiment spec (TOML) with a [sweep] table")
+    swp.add_argument("--out", required=True, help="output folder (one sweep per folder; rerun to resume)")
+    swp.add_argument("--jobs", type=int, help="cells run at once on this machine (default: every core)")
+    swp.add_argument("--executor", choices=["process", "mpi"], default="process",
+                     help="process: local processes (default); mpi: mpi4py.futures, launched as `mpiexec -n N python "
+                          "-m mpi4py.futures -m gradcode sweep ... --executor mpi`")
+    _run_overrides(swp)
+    swp.add_argument("--cell-figures", action="store_true", help="also draw every cell's comparison figures (slow)")
+    swp.add_argument("--replace", action="store_true",
+                     help="--out holds another sweep (a different spec): delete its results and run this one there")
     run = sub.add_parser("run", help="run one scheme of a spec on an MPI cluster (builds and runs mpiexec)")
     run.add_argument("spec", help="experiment spec (TOML)")
     run.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
@@ -50,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
     rep.add_argument("folder", help="a folder written by `gradcode compare`")
     return p
+
+
+def _run_overrides(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--iterations", type=int, help="override [run] iterations")
+    parser.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="override [run] seed / seeds")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,6 +178,12 @@ def _compare(args) -> int:
     return compare_main(args)
 
 
+def _sweep(args) -> int:
+    from .sweep_run import sweep_main
+
+    return sweep_main(args)
+
+
 def _report(args) -> int:
     from .report import report_main
 
@@ -167,4 +191,4 @@ def _report(args) -> int:
 
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
-             "compare": _compare, "report": _report}
+             "compare": _compare, "sweep": _sweep, "report": _report}

@@ -134,13 +134,15 @@ def seeds_of(spec: Spec) -> list[int]:
 
 
 def load_experiment(source: str | Path | dict | None = None, *, quick: bool = False,
-                    cluster: str | None = None, mpi: tuple[bool, str] | None = None) -> Experiment:
+                    cluster: str | None = None, mpi: tuple[bool, str] | None = None,
+                    overrides: dict[str, Any] | None = None) -> Experiment:
     """Validate a whole experiment and expand it into runs (``source=None``: the built-in default).
 
-    ``cluster`` overrides ``[cluster] kind``; ``mpi`` is ``(available, reason)`` (default: :func:`mpi_status`),
+    ``cluster`` overrides ``[cluster] kind``; ``overrides``: ``--iterations`` / ``--seeds``
+    (:func:`gradcode.spec.with_run_overrides`); ``mpi`` is ``(available, reason)`` (default: :func:`mpi_status`),
     and MPI runs are dropped, with a note, when it is not available.
     """
-    spec = load_spec(default_spec_path() if source is None else source)
+    spec = load_spec(default_spec_path() if source is None else source, overrides)
     kind = cluster or spec.cluster.get("kind", "sim")
     if kind not in CLUSTER_KINDS:
         raise ConfigError(f"--cluster must be one of {', '.join(CLUSTER_KINDS)}, got {kind!r}")
@@ -394,15 +396,16 @@ def _other_experiment(out: Path, exp: Experiment) -> str | None:
 
 def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,
             cluster: str | None = None, progress: bool = True, mpi: tuple[bool, str] | None = None,
-            replace: bool = False) -> Path:
-    """Run every run of an experiment that is not complete yet, then write the summary, report and plots.
+            replace: bool = False, overrides: dict[str, Any] | None = None, figures: bool = True) -> Path:
+    """Run every run of an experiment that is not complete yet, then write the summary, report and plots
+    (``figures=False``: no plots, as for the cells of a sweep; ``overrides``: ``--iterations`` / ``--seeds``).
 
     Everything is checked before any run starts: the spec (MPI rules included), that ``out`` can be written and
     holds no other experiment (``replace``: delete it, :func:`claim`), and that no other process writes it.
     """
     from .report import build_report
 
-    exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi)
+    exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi, overrides=overrides)
     out = writable_folder(out)
     text = None
     if source is None or isinstance(source, (str, Path)):
@@ -415,7 +418,7 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
             exp.notes += [f"run failed: {msg}" for msg in failures]
             write_experiment(exp, out, None)
         try:
-            build_report(out)
+            build_report(out, figures=figures)
         except ConfigError:
             if not failures:
                 raise
@@ -441,11 +444,18 @@ def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
     return failures
 
 
+def run_overrides(args) -> dict[str, Any]:
+    """The ``--iterations`` / ``--seeds`` of a command line, for :func:`gradcode.spec.with_run_overrides`."""
+    return {"iterations": args.iterations, "seeds": args.seeds}
+
+
 def compare_main(args) -> int:
-    """``gradcode compare [SPEC] [--out DIR] [--quick] [--cluster sim|mpi|both] [--replace]``."""
+    """``gradcode compare [SPEC] [--out DIR] [--quick] [--cluster sim|mpi|both] [--iterations N] [--seeds S ...]
+    [--replace]``."""
     name = Path(args.spec).stem if args.spec else "default"
     out = Path(args.out) if args.out else Path("results") / name
-    out = compare(args.spec, out, quick=args.quick, cluster=args.cluster, replace=args.replace)
+    out = compare(args.spec, out, quick=args.quick, cluster=args.cluster, replace=args.replace,
+                  overrides=run_overrides(args))
     info = json.loads((out / "experiment.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)

@@ -292,6 +292,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "coded": "gradcode.schemes.coded:Coded",
     "dropcompute": "gradcode.schemes.dropcompute:DropCompute",
     "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
+    "anytime": "gradcode.schemes.anytime:Anytime",
 }, group="gradcode.schemes", positional=("n",))
 
 DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {

@@ -383,8 +383,8 @@ def mpi_vs_sim(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plots: list[str]) -> str:
-    """The text of ``report.md``."""
+def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plots: list[str] | None) -> str:
+    """The text of ``report.md`` (``plots``: the figures drawn, ``None`` when they were not asked for)."""
     target = next((r.meta.get("target_loss") for r in runs if r.meta.get("target_loss") is not None), None)
     out = [f"# Comparison: {info.get('name', folder.name)}", ""]
     desc = info.get("spec", {}).get("experiment", {}).get("description")
@@ -412,7 +412,9 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     cross = mpi_vs_sim(rows)
     why = next((n for n in info.get("notes", []) if n.startswith("MPI runs skipped")), None)
     out += cross if cross else ["MPI runs are not part of this comparison" + (f" ({why})" if why else "") + "."]
-    out += ["", "## Plots", ""] + [f"![{p}](plots/{p})" for p in plots] + [""]
+    drawn = [f"![{p}](plots/{p})" for p in plots] if plots is not None else [
+        "Not drawn (a cell of a sweep); `gradcode report FOLDER` draws them."]
+    out += ["", "## Plots", ""] + drawn + [""]
     out += ["## Definitions", "", _definitions(), ""]
     return "\n".join(out)
 
@@ -422,8 +424,9 @@ def _definitions() -> str:
     return doc[doc.index("Row fields"):].strip()
 
 
-def build_report(folder: str | Path) -> Path:
-    """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` of ``folder`` from its records."""
+def build_report(folder: str | Path, figures: bool = True) -> Path:
+    """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` (``figures=False``: no plots) of
+    ``folder`` from its records."""
     from . import plots
     from .outdir import writable_folder
 
@@ -438,7 +441,7 @@ def build_report(folder: str | Path) -> Path:
         raise ConfigError(f"{folder}: no run has any records yet" + "".join(f"; skipped {why}" for why in skipped))
     rows = summary_rows(runs)
     write_summary(folder, rows)
-    made = plots.make_all(folder / "plots", runs, rows)
+    made = plots.make_all(folder / "plots", runs, rows) if figures else None
     (folder / "report.md").write_text(render(folder, info, runs, rows, made))
     return folder / "report.md"
 

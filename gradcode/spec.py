@@ -87,8 +87,9 @@ class Spec:
     delays: list[dict[str, Any]] = field(default_factory=list)   # every delay model, ``label`` included
 
 
-def load_spec(source: str | Path | dict) -> Spec:
-    """Read a TOML file (or take a dict of the same shape), check it, and return a :class:`Spec`."""
+def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None) -> Spec:
+    """Read a TOML file (or take a dict of the same shape), apply ``overrides`` (:func:`with_run_overrides`), check
+    it, and return a :class:`Spec`."""
     from .registry import add_user_dirs
 
     if isinstance(source, dict):
@@ -100,7 +101,26 @@ def load_spec(source: str | Path | dict) -> Spec:
             raise ConfigError(f"spec file {str(path)!r} does not exist")
         raw = _read_toml(path)
         add_user_dirs(path.parent, Path.cwd())
-    return check_spec(raw)
+    return check_spec(with_run_overrides(raw, **(overrides or {})))
+
+
+def with_run_overrides(raw: dict[str, Any], iterations: int | None = None,
+                       seeds: list[int] | None = None) -> dict[str, Any]:
+    """``raw`` with the command line's ``--iterations`` and ``--seeds`` in its ``[run]`` table (``None``: keep the
+    spec's). ``seeds`` replaces both ``seed`` and ``seeds``; the values are checked with the rest of ``[run]``.
+
+    >>> with_run_overrides({"run": {"iterations": 100, "seed": 3}}, iterations=5, seeds=[0, 1])["run"]
+    {'iterations': 5, 'seeds': [0, 1]}
+    """
+    if iterations is None and seeds is None:
+        return raw
+    run = dict(_table(raw, "run"))
+    if iterations is not None:
+        run["iterations"] = iterations
+    if seeds is not None:
+        run.pop("seed", None)
+        run["seeds"] = list(seeds)
+    return {**raw, "run": run}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -122,6 +142,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def check_spec(raw: dict[str, Any]) -> Spec:
+    if "sweep" in raw:
+        raise ConfigError("spec: a [sweep] table makes this spec a grid of comparisons: run it with "
+                          "`gradcode sweep SPEC --out DIR` (or remove [sweep] to run one comparison)")
     unknown = [key for key in raw if key not in TABLES]
     if unknown:
         raise ConfigError(f"spec: unknown table(s) {unknown}; accepted: {', '.join(TABLES)}")

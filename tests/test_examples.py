@@ -83,7 +83,7 @@ def test_dropcompute_example_scores_with_the_schemes_rule():
     from gradcode.schemes.dropcompute import local_stop
 
     micro, comm = make_delay("lognormal", comm=dropcompute_scaling.COMM).sample_micro(3, np.arange(20), 8, 12)
-    for check in dropcompute_scaling.CHECKS:
+    for check in dropcompute_scaling.REFERENCE:     # the rules without history (predictive: tests/test_schemes.py)
         steps = dropcompute_scaling.Steps(micro, comm, check)
         assert steps.gain(float("inf")) == (1.0, 0.0)
         for tau in (5.0, 12.0, 16.5, 18.0, 30.0):
@@ -101,6 +101,7 @@ def test_dropcompute_scaling_matches_reference_and_orders_checks():
         assert got[(200, check)] == pytest.approx(ref[200], abs=0.05)
     for n in (8, 200):                                                     # idealized > official > before only
         assert got[(n, "idealized")] >= got[(n, "official")] >= got[(n, "before_microbatch")]
+    assert got[(200, "official")] < got[(200, "predictive")] < got[(200, "idealized")]   # ours, in between
 
 
 def test_codes_exact_flat_then_failing_approximate_graceful():

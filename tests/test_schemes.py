@@ -254,3 +254,65 @@ def test_decentralized_interface_is_declared():
     # one combine signature: the kept chunks' messages, or their sum and count
     np.testing.assert_array_equal(scheme.combine(msgs, kept, plan).gradient,
                                   scheme.combine_sum(msgs.sum(axis=0), len(kept), plan).gradient)
+
+
+# --- DropCompute's predictive check ---------------------------------------------------------------------------------
+def test_predictive_never_starts_a_micro_batch_predicted_to_end_after_tau():
+    """Over consecutive steps of a run (the history carried by ``observe``), with the worker's running mean tracked
+    here independently from what each schedule says it completed: every started micro-batch was predicted to end by
+    ``tau``, every kept one did, and a worker that stops before a micro-batch stops because its prediction was
+    late (the rule is not more timid than it says). A micro-batch abandoned after its forward enters the history
+    too (its time is known from the forward)."""
+    rng = np.random.default_rng(11)
+    n, M, tau = 30, 12, 17.0
+    scheme = make_scheme("dropcompute", n=n, M=M, check="predictive", tau=tau, warmup=2, micro_load=1.0)
+    total, count = np.zeros(n), np.zeros(n)
+    declined = interrupted = 0
+    for t in range(12):
+        micro = 1 + 0.5 * rng.lognormal(-0.5, 1.0, size=(n, M))
+        comm = np.full(n, 1.0)
+        limit = scheme.plan(t).tau
+        schedule = scheme.schedule(micro, comm, limit)
+        for i in range(n):
+            clock, s, c = 0.0, total[i], count[i]
+            for m in range(M):
+                predicted = clock + (s / c if c else 0.0)
+                if m == schedule.started[i]:                  # the first micro-batch not started
+                    assert m == M or predicted > limit
+                    declined += m < M
+                    break
+                assert predicted <= limit                      # started: predicted in time
+                if m == schedule.kept[i]:                      # started, not kept: dropped after its forward
+                    assert clock + micro[i, m] > limit
+                    assert schedule.stop[i] == pytest.approx(clock + micro[i, m] / 3)
+                    interrupted += 1
+                    break
+                assert clock + micro[i, m] <= limit            # kept: it ended in time
+                clock, s, c = clock + micro[i, m], s + micro[i, m], c + 1
+        done = np.arange(M)[None, :] < schedule.started[:, None]
+        total += np.where(done, micro, 0.0).sum(axis=1)
+        count += done.sum(axis=1)
+        scheme.observe(t, micro, comm)
+        np.testing.assert_allclose(scheme.state.history[0], total)
+        np.testing.assert_array_equal(scheme.state.history[1], count)
+    assert declined > 0 and interrupted > 0                    # both checks fired on this seed
+
+
+def test_predictive_replay_is_the_run_step_by_step():
+    rng = np.random.default_rng(2)
+    micro = 1 + 0.5 * rng.lognormal(-0.5, 1.0, size=(6, 5, 12))
+    comm = np.ones((6, 5))
+    scheme = make_scheme("dropcompute", n=5, M=12, check="predictive", tau=16.0, warmup=0, micro_load=1.0)
+    stacked = scheme.replay(micro, comm, 16.0)
+    assert scheme.state.history is None                         # restored
+    for t in range(6):
+        one = scheme.schedule(micro[t], comm[t], 16.0)
+        np.testing.assert_array_equal(stacked.kept[t], one.kept)
+        np.testing.assert_array_equal(stacked.stop[t], one.stop)
+        scheme.observe(t, micro[t], comm[t])
+    assert make_scheme("dropcompute", n=5, M=12, tau=16.0).replay(micro, comm, 16.0).kept.shape == (6, 5)
+
+
+def test_predictive_needs_a_forward_pass():
+    with pytest.raises(ConfigError, match="forward_share > 0"):
+        make_scheme("dropcompute", n=4, check="predictive", forward_share=0.0)

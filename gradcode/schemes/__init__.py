@@ -1,7 +1,7 @@
 """Straggler-mitigation schemes behind one interface (:class:`gradcode.schemes._base.Scheme`).
 
 One file per family: ``uncoded`` (sync, fastest-k, backup workers), ``adaptive`` (adaptive k, adaptive k and load),
-``coded`` (any gradient code), ``dropcompute``. :func:`make_scheme` builds one by name
+``coded`` (any gradient code), ``dropcompute``, ``anytime``. :func:`make_scheme` builds one by name
 (:data:`gradcode.registry.SCHEMES`).
 """
 

@@ -7,7 +7,22 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``official`` (the official code): before each micro-batch and again between its forward and backward pass
   (forward = ``forward_share`` of the micro-batch); a micro-batch interrupted after its forward is wasted;
 - ``before_microbatch``: only before each micro-batch;
-- ``idealized``: stops exactly at ``tau``, mid micro-batch (an upper bound on the gain).
+- ``idealized``: stops exactly at ``tau``, mid micro-batch (the reference table's upper bound; not every rule's:
+  it spends the time up to ``tau`` on a micro-batch it then drops, which ``predictive`` may avoid);
+- ``predictive`` (ours, not in the paper): at the official code's two checks the worker compares the *predicted end*
+  of the micro-batch with ``tau`` instead of the present time. Before a micro-batch it predicts
+  ``now + mu_hat``, ``mu_hat`` the running mean of the micro-batch times it has measured so far this run (this step
+  and earlier ones; no history yet: it starts, as ``before_microbatch``); after the forward pass, which took ``f``, it
+  predicts ``begin + f / forward_share`` (the backward is ``(1 - forward_share) / forward_share`` times the forward,
+  the split every past micro-batch showed; exact in the delay model, where a micro-batch splits by that constant
+  share). It starts, or finishes, a micro-batch only if the prediction is ``<= tau``. A micro-batch it abandons
+  after the forward counts in the mean with that predicted time, ``f / forward_share``: leaving the long ones out
+  would bias the mean low (survivors only). Why the running mean: the
+  model's micro-batch noise is stationary and i.i.d., so the mean is the unbiased, least-squares prediction and its
+  error shrinks as ``1/sqrt(count)``; an exponentially weighted mean would track drifting speeds at the price of
+  more noise. Where it lands: between ``official`` and ``idealized`` (``examples/dropcompute_scaling.py``); the
+  start check alone is ``before_microbatch`` with a shifted ``tau`` (every worker has the same mean), the gain
+  comes from abandoning, after a third of it, a micro-batch that will straggle past ``tau``.
 
 The summed gradient is divided by ``n*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
 by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work
@@ -34,13 +49,16 @@ import numpy as np
 from ..errors import ConfigError, check_float, check_int
 from ._base import Combined, DecentralizedScheme, Plan, Schedule
 
-CHECKS = ("official", "before_microbatch", "idealized")
+CHECKS = ("official", "before_microbatch", "idealized", "predictive")
 
 
-def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_share: float = 1 / 3):
+def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_share: float = 1 / 3,
+               history: tuple | None = None):
     """Micro-batches completed and the compute time of each worker under a local limit ``tau``.
 
     ``micro`` is ``(..., M)`` micro-batch times; returns ``(counts, times)`` of shape ``micro.shape[:-1]``.
+    ``history`` (``predictive`` only) is ``(sum, count)`` of the micro-batch times each worker completed before this
+    step, broadcastable to ``micro.shape[:-1]`` (``None``: no history).
     """
     micro = np.asarray(micro, dtype=float)
     M = micro.shape[-1]
@@ -48,6 +66,8 @@ def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_s
     total = end[..., -1]
     if not np.isfinite(tau):
         return np.full(total.shape, M), total
+    if check == "predictive":
+        return predictive_stop(micro, tau, forward_share, history)
     begin = end - micro
     if check == "idealized":
         return (end <= tau).sum(axis=-1), np.minimum(total, tau)
@@ -64,10 +84,53 @@ def local_stop(micro: np.ndarray, tau: float, check: str = "official", forward_s
     return first, times
 
 
+def predictive_stop(micro: np.ndarray, tau: float, forward_share: float, history: tuple | None = None):
+    """The ``predictive`` rule (module docstring): ``(counts, times)`` as :func:`local_stop`'s.
+
+    Micro-batch ``m`` begins at ``b`` (the previous one's end). The worker starts it only if
+    ``b + mu_hat <= tau`` (``mu_hat``: the mean of its measured micro-batch times, ``history`` and this step's so
+    far; none yet: it starts), and, after its forward pass, finishes it only if ``b + micro[m] <= tau`` (the end
+    predicted from the forward, ``b + f / forward_share``); otherwise it stops at ``b`` or at ``b + f``.
+
+    >>> counts, times = predictive_stop(np.array([[1.0, 1.0, 3.0, 1.0]]), 4.5, 1 / 3)
+    >>> int(counts[0]), float(times[0])   # the third would end at 5 > 4.5: dropped after its forward, at 2 + 1
+    (2, 3.0)
+    """
+    micro = np.asarray(micro, dtype=float)
+    shape, M = micro.shape[:-1], micro.shape[-1]
+    total, count = (np.zeros(shape), np.zeros(shape)) if history is None else (
+        np.broadcast_to(np.asarray(history[0], dtype=float), shape).copy(),
+        np.broadcast_to(np.asarray(history[1], dtype=float), shape).copy())
+    end = np.cumsum(micro, axis=-1)
+    begin = end - micro      # as the schedule computes it, so a stop at a chunk's start compares equal to it
+    stop, kept = end[..., -1].copy(), np.zeros(shape, dtype=int)
+    active = np.ones(shape, dtype=bool)
+    for m in range(M):
+        x, at = micro[..., m], begin[..., m]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            guess = np.where(count > 0, total / np.maximum(count, 1), 0.0)
+        start = active & (at + guess <= tau)             # start it?
+        finish = start & (end[..., m] <= tau)             # after the forward: will it end in time?
+        stop = np.where(active & ~start, at, np.where(start & ~finish, at + forward_share * x, stop))
+        total += np.where(finish, x, 0.0)
+        count += finish
+        kept += finish
+        active = finish
+    return kept, stop
+
+
+def measured_times(micro: np.ndarray, started: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum, count)`` of the first ``started`` micro-batch times of each worker: what each worker has measured (a
+    micro-batch abandoned after its forward pass included, its time being ``f / forward_share``)."""
+    mask = np.arange(micro.shape[-1]) < np.asarray(started)[..., None]
+    return np.where(mask, micro, 0.0).sum(axis=-1), mask.sum(axis=-1)
+
+
 def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share: float, candidates: int,
-               rule: str) -> float:
+               rule: str, history: tuple | None = None) -> float:
     """The throughput-maximising ``tau`` from recorded micro-batch times ``micro`` (steps, n, M) and per-worker
-    communication ``comm`` (steps, n)."""
+    communication ``comm`` (steps, n). ``history``: the predictive rule's ``(sum, count)`` per worker, held fixed
+    over the replayed steps."""
     steps, n, M = micro.shape
     end = np.cumsum(micro, axis=-1)
     old = np.mean(np.max(end[..., -1] + comm, axis=1))
@@ -78,7 +141,7 @@ def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share
             kept = np.where(end < tau, end, 0.0)
             new_times, done = kept.max(axis=-1), (end < tau).sum(axis=-1)
         else:
-            done, new_times = local_stop(micro, tau, check, forward_share)
+            done, new_times = local_stop(micro, tau, check, forward_share, history)
         new = np.mean(np.max(new_times + comm, axis=1))
         gain = done.sum() / (steps * n * M) * old / new if new > 0 else 0.0
         if gain > best_gain:
@@ -90,6 +153,7 @@ def choose_tau(micro: np.ndarray, comm: np.ndarray, *, check: str, forward_share
 class DropComputeState:
     tau: float
     recorded: list = field(default_factory=list)   # (micro (n, M), comm (n,)) of the recording window
+    history: tuple | None = None     # predictive: (sum, count) of each worker's completed micro-batch times
 
 
 class DropCompute(DecentralizedScheme):
@@ -123,6 +187,9 @@ class DropCompute(DecentralizedScheme):
         self.record_steps = check_int("record_steps", record_steps, low=1)
         self.candidates = check_int("candidates", candidates, low=2)
         self.forward_share = check_float("forward_share", forward_share, low=0.0, high=1.0)
+        if check == "predictive" and self.forward_share == 0:
+            raise ConfigError("dropcompute: check = 'predictive' predicts the backward from the forward pass, so it "
+                              "needs forward_share > 0 (accepted: 0 < forward_share <= 1)")
         # default: a full step is one unit of work, as a sync worker's (equal work)
         self.micro_load = 1.0 / self.M if micro_load is None else check_float("micro_load", micro_load, low=0.0,
                                                                                   low_open=True)
@@ -162,7 +229,7 @@ class DropCompute(DecentralizedScheme):
         """The timer rule of ``check`` (:func:`local_stop`) as a schedule: a micro-batch the timer interrupts (after
         its forward pass, or at ``tau`` when idealized) was started, but its work is dropped. Leading axes of
         ``micro`` (..., n, M) and ``comm_time`` (..., n) are kept, so many steps can be scheduled at once."""
-        kept, stop = local_stop(micro, tau, self.check, self.forward_share)
+        kept, stop = local_stop(micro, tau, self.check, self.forward_share, self.state.history)
         end = np.cumsum(micro, axis=-1)
         with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
             begin = end - micro
@@ -180,8 +247,11 @@ class DropCompute(DecentralizedScheme):
     def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:
         """Record the step's micro-batch times (the automatic threshold's window), and choose ``tau`` after it.
 
-        Every rank draws the same times (same seed) and calls this, so every rank chooses the same ``tau``.
+        Every rank draws the same times (same seed) and calls this, so every rank chooses the same ``tau``. The
+        predictive rule first adds the micro-batch times each worker measured this step to its history.
         """
+        if self.check == "predictive":
+            self.remember(micro, self.schedule(micro, comm_time, self.current_tau(t)).started)
         if self.tau != "auto" or not (self.warmup <= t < self.warmup + self.record_steps):
             return
         self.state.recorded.append((np.array(micro, dtype=float), np.array(comm_time, dtype=float)))
@@ -189,8 +259,31 @@ class DropCompute(DecentralizedScheme):
             micro_all = np.stack([m for m, _ in self.state.recorded])
             comm_all = np.stack([c for _, c in self.state.recorded])
             self.state.tau = choose_tau(micro_all, comm_all, check=self.check, forward_share=self.forward_share,
-                                        candidates=self.candidates, rule=self.auto_rule)
+                                        candidates=self.candidates, rule=self.auto_rule, history=self.state.history)
             self.state.recorded = []
+
+    def replay(self, micro: np.ndarray, comm_time: np.ndarray, tau: float) -> Schedule:
+        """The schedules of consecutive steps ``micro`` (steps, n, M) under one ``tau``, stacked: what a run with
+        that fixed ``tau`` does. The predictive rule's history goes on from step to step (from the current state,
+        restored afterwards); the other rules have none, so this is :meth:`schedule` of all steps at once."""
+        if self.check != "predictive":
+            return self.schedule(micro, comm_time, tau)
+        saved, steps = self.state.history, []
+        try:
+            for m, c in zip(micro, comm_time, strict=True):
+                steps.append(self.schedule(m, c, tau))
+                self.remember(m, steps[-1].started)
+        finally:
+            self.state.history = saved
+        return Schedule(*(np.stack([getattr(s, f) for s in steps])
+                          for f in ("chunk_end", "started", "kept", "stop", "comm_time")))
+
+    def remember(self, micro: np.ndarray, started: np.ndarray) -> None:
+        """Add the first ``started`` micro-batch times of each worker (those it measured) to its history, the
+        predictive rule's running mean. :meth:`observe` calls it; a replay of many steps calls it after each."""
+        done, count = measured_times(micro, started)
+        old = self.state.history or (0.0, 0)
+        self.state.history = (old[0] + done, old[1] + count)
 
     def record(self) -> dict:
         return {"k": self.n, "tau": self.state.tau, "M": self.M}
