@@ -31,6 +31,30 @@ def test_optimal_order_matches_brute_force(n, s):
         assert chunk_order.completion_time(order, tau) == pytest.approx(best, rel=1e-12)
 
 
+def _qmax_by_enumeration(order) -> int:
+    """Q_max from its definition: one more than the most chunks processed in a state that misses a chunk."""
+    worst = -1
+    for x in itertools.product(*[range(len(o) + 1) for o in order]):
+        covered = {c for o, k in zip(order, x) for c in o[:k]}
+        if len(covered) < len({c for o in order for c in o}):
+            worst = max(worst, sum(x))
+    return worst + 1
+
+
+@pytest.mark.parametrize("n,s", [(n, s) for n in range(2, 7) for s in range(1, min(n, 3))])
+def test_natural_order_minimises_the_worst_case_chunk_count(n, s):
+    """The paper's speed-free criterion Q_max: the formula equals its definition, and no order of the cyclic
+    assignment beats the natural one (brute force over every combination of orders, n <= 6)."""
+    rng = np.random.default_rng(n + 10 * s)
+    perms = [list(itertools.permutations(o)) for o in chunk_order.natural_order(n, s)]
+    for _ in range(3):    # the closed form against the definition, on random orders
+        order = tuple(p[rng.integers(len(p))] for p in perms)
+        assert chunk_order.worst_case_chunks(order) == _qmax_by_enumeration(order)
+    best = min(chunk_order.worst_case_chunks(combo) for combo in itertools.product(*perms))
+    assert chunk_order.worst_case_chunks(chunk_order.natural_order(n, s)) == best
+    assert chunk_order.worst_case_chunks(chunk_order.optimal_order(np.ones(n), s)) == best
+
+
 def test_optimal_order_beats_natural_when_workers_differ():
     tau = [1.0, 1.0, 10.0, 10.0]
     assert chunk_order.optimal_order(np.ones(4), 2) == chunk_order.natural_order(4, 2)

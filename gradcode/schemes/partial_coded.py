@@ -43,13 +43,18 @@ and go uncoded in a first message as soon as they are done; the last ``s + 1`` a
 (the own chunks have no redundancy) and ``n - s`` decodable second messages. All chunks are one data partition of
 ``n (partitions - s - 1) + n``, each worth ``n / n_parts`` load units (the data set is ``n`` units, as for sync).
 
-**Where this reading may differ from the paper** (whose full text we could not check here, only its abstract):
-we take "send after each chunk" with uncoded single-chunk messages as the protocol (``group = 1``), so the
-communication is up to ``s + 1`` vectors per worker; the paper reports a communication-efficient encoding that we
-do not reproduce. Our ordering objective (the exact-recovery time for known per-chunk speeds) and its algorithm
-(bisection + bipartite matching) are ours; the paper's algorithm for cyclic assignments may optimise another
-criterion. Speeds are estimated from past iterations, so under i.i.d. delays the optimized and natural orders
-differ only by noise. The approximate estimate is not rescaled for the missing chunks.
+**Where this reading may differ from the paper** (whose full text we could not read here: its abstract and a
+second-hand summary): we take "send after each chunk" with uncoded single-chunk messages as the protocol
+(``group = 1``), so the communication is up to ``s + 1`` vectors of ``d`` floats per worker; the paper has a
+parameter ``l`` that splits the gradient into ``l`` parts for a communication-efficient encoding (and avoids
+polynomial interpolation, which is unstable), which we do not reproduce. The paper's ordering criterion is
+speed-free, ``Q_max`` (the worst-case number of chunks the cluster processes before every chunk has a copy,
+:func:`~gradcode.schemes.chunk_order.worst_case_chunks`); for the cyclic assignment with ``l = 1`` the natural
+order already minimises it [derived, checked by brute force], so its algorithm matters for ``l > 1`` or other
+assignments, which we do not cover. Our ``optimized`` order minimises the exact-recovery time for estimated
+per-chunk speeds instead (bisection + bipartite matching, ours); it equals the natural order when the estimates are
+equal, so it is ``Q_max``-optimal then too, and under i.i.d. delays it differs from natural only by estimation
+noise. The approximate estimate is not rescaled for the missing chunks.
 
 >>> from gradcode import make_scheme
 >>> sch = make_scheme("partial_coded", n=4, s=1, order="natural")
