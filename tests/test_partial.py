@@ -35,7 +35,7 @@ def _qmax_by_enumeration(order) -> int:
     """Q_max from its definition: one more than the most chunks processed in a state that misses a chunk."""
     worst = -1
     for x in itertools.product(*[range(len(o) + 1) for o in order]):
-        covered = {c for o, k in zip(order, x) for c in o[:k]}
+        covered = {c for o, k in zip(order, x, strict=True) for c in o[:k]}
         if len(covered) < len({c for o in order for c in o}):
             worst = max(worst, sum(x))
     return worst + 1
@@ -263,3 +263,13 @@ def test_partial_work_example_runs_and_partial_coded_beats_the_code():
     assert rows["partial_coded s=2 natural"]["mean_iteration"] < rows["coded cyclic_repetition s=2"]["mean_iteration"]
     w = partial_work.wasted(0, seeds=(0,), iterations=20)
     assert 0 < w["finish"]["wasted_fraction"] < 1 and 0 < w["abandon"]["wasted_fraction"] < 1
+
+
+@pytest.mark.parametrize("module", ["chunk_order", "partial_coded"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"gradcode.schemes.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
