@@ -400,3 +400,15 @@ def test_abandon_is_real_on_mpi(tmp_path):
         assert b["end"] - b["start"] == pytest.approx(a["end"] - a["start"], rel=0.10, abs=0.5)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     assert sum(r["stale"] for r in mpi) == 0    # abandoned plans send nothing
+
+
+def test_partial_coded_approximate_on_mpi_stops_at_wait(tmp_path):
+    """Approximate mode on MPI: the iteration ends once `wait` distinct chunks are in; the estimate is the sum of
+    those chunks, its residual sqrt(missing / n)."""
+    spec = _spec({"name": "partial_coded", "s": 1, "mode": "approximate", "wait": 3}, iterations=6, seed=2)
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for rec in _records(out):
+        assert len({tuple(m) for m in rec["received"]}) == len(rec["received"]) >= 3   # one chunk per message
+        assert rec["method"] in ("approximate", "exact")
+        assert rec["residual"] <= math.sqrt(1 / 4) + 1e-12     # at most 1 of the 4 chunks missing
