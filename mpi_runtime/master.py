@@ -219,6 +219,8 @@ class Master(Driver):
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         targets = range(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
         for i in targets:
+            if self.busy[i] >= 0 and not self.send_reqs[i].Test():
+                continue   # it has not taken its last plan yet (a large model mid-transfer): it gets this one later
             self._send_plan(int(i), t, plan)
         send_s = time.perf_counter() - tick
         compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
@@ -265,7 +267,7 @@ class Master(Driver):
                 self._post(i)          # the buffer is read: the worker's next result may come in
                 if kind != P.MESSAGE and self.busy[i] == t_msg:
                     self.busy[i] = -1
-                    if t_msg != t and self.late == "finish":
+                    if t_msg != t:
                         self._send_plan(i, t, plan)      # late and free now: it takes the current plan
                         self.expected_free[i] = time.time() + self.emulated[i] * self.scale
                 if t_msg != t or payload is None:
