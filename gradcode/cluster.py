@@ -98,6 +98,32 @@ class StopPolicy:
             return True
         return fallback is not None and fallback <= set(responders)
 
+    def count_stream(self, received: list[tuple[int, int]], arrive: np.ndarray, start: float, plan: Plan) -> int:
+        """:meth:`count` for streamed messages ``(worker, chunks)`` in arrival order (arrival times ``arrive``)."""
+        m = self.scheme.stream_stop_index(received, plan)
+        if math.isfinite(plan.deadline):
+            in_time = int(np.searchsorted(arrive, start + plan.deadline, side="right"))
+            m = max(1, min(m, in_time)) if m is not None else max(1, in_time)
+            m = min(m, len(received))
+        if m is None or m == 0:
+            if received and self.scheme.exact:
+                return len(received)  # everything that ever arrives: the decoder falls back and says so
+            raise SimulationError(f"{self.scheme.name}: the stop rule cannot be met; the messages that ever "
+                                  f"arrive ({len(received)}) never suffice (infinite delays?)")
+        return m
+
+    def stream_fallback(self, received: list[tuple[int, int]], plan: Plan) -> set | None:
+        """The messages the virtual clock ended with, if they are an exact scheme's fallback (not decodable)."""
+        if self.scheme.exact and not self.scheme.stream_done(received, plan):
+            return set(received)
+        return None
+
+    def stream_holds(self, received: list[tuple[int, int]], plan: Plan, fallback: set | None) -> bool:
+        """May a streamed iteration end with these messages (in arrival order)?"""
+        if self.scheme.stream_done(received, plan):
+            return True
+        return fallback is not None and fallback <= set(received)
+
     @staticmethod
     def out_of_time(responders: list[int], elapsed: float, plan: Plan) -> bool:
         """Has the plan's deadline passed, ``elapsed`` after the start, with at least one responder?"""
@@ -129,12 +155,123 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))
 
 
+def work_done(plan: Plan, begin: np.ndarray, compute: np.ndarray, end: float, started: np.ndarray,
+              late: str) -> np.ndarray:
+    """Load each worker computed on a one-message plan: all of it under ``finish`` (it completes the plan), what it
+    did by ``end`` under ``abandon`` (it drops the rest at once: ``load * (end - begin) / compute``, capped at 1)."""
+    load = np.broadcast_to(np.asarray(plan.load, dtype=float), begin.shape)
+    if late == "finish":
+        return np.where(started, load, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(compute > 0, np.clip((end - begin) / compute, 0.0, 1.0), 1.0)
+    share[begin + compute <= end] = 1.0    # finished (exactly: not 1 - 1e-16 from the subtraction's round-off)
+    return np.where(started, load * share, 0.0)
+
+
 def took_up(begin: np.ndarray, arrive: np.ndarray, end: float) -> np.ndarray:
     """The workers that took up the plan before the iteration ended at ``end``: those that began before it, and
     those whose message had arrived by then. The second term matters at zero (or tiny, absorbed by round-off)
     delays, where everyone begins and answers at the very instant the iteration ends: ``begin < end`` alone would
     count no message and no work, and the responders' load as negative waste."""
     return (begin < end) | (arrive <= end)
+
+
+# --- chunked, streaming workers on the virtual clock ------------------------------------------------------------
+@dataclass
+class Stream:
+    """One iteration of a streaming scheme (``scheme.streams``) on the virtual clock.
+
+    Worker ``i`` runs its ``L_i`` chunks at one speed through the iteration (the delay model's draw ``compute_i``
+    for the whole plan, split in proportion to the chunks' loads), so chunk ``j`` ends at ``chunk_end[i, j] = begin_i
+    + compute_i (j + 1) / L_i``; it starts chunk ``j >= 1`` only while ``chunk_end[i, j - 1] - begin_i < tau``
+    (its local deadline). Its message after ``c`` chunks (``c`` in ``scheme.emits``) arrives ``comm_i`` after chunk
+    ``c`` ends (sending overlaps the next chunk). ``received`` are the messages, in arrival order, that ended the
+    iteration at ``end``; ``done[i]`` the chunks worker ``i`` computes on this plan (all it started under
+    ``finish``; under ``abandon`` those begun by ``end``: the chunk in progress is finished, then the worker
+    drops the rest), ``free[i]`` when it can take the next plan.
+    """
+
+    start: float
+    end: float
+    begin: np.ndarray
+    chunk_end: np.ndarray
+    received: list[tuple[int, int]]
+    arrive: np.ndarray
+    started: np.ndarray
+    done: np.ndarray
+    free: np.ndarray
+    sent: np.ndarray
+
+    def computed(self, plan: Plan) -> np.ndarray:
+        """Load units each worker computed on this plan."""
+        return self.done * _chunk_load(plan, len(self.done))
+
+    def used(self, scheme: Scheme, plan: Plan) -> np.ndarray:
+        """Load units each worker delivered in the received messages (a chunk delivered twice counts twice)."""
+        used = np.zeros(len(self.done))
+        unit = _chunk_load(plan, len(self.done))
+        for i, c in self.received:   # the chunks since the worker's previous message
+            used[i] += (c - max((e for e in scheme.emits(i, plan) if e < c), default=0)) * unit[i]
+        return used
+
+
+def _chunk_load(plan: Plan, n: int) -> np.ndarray:
+    chunks = np.array([plan.chunks(i) for i in range(n)], dtype=float)
+    return np.broadcast_to(np.asarray(plan.load, dtype=float), (n,)) / chunks
+
+
+def chunk_ends(plan: Plan, begin: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(chunk_end, started)``: when each worker's chunks end (``inf`` past its last) and how many it starts before
+    its local deadline ``plan.tau``."""
+    n = len(begin)
+    counts = np.array([plan.chunks(i) for i in range(n)])
+    j = np.arange(1, counts.max() + 1)[None, :]
+    ends = np.where(j <= counts[:, None], begin[:, None] + compute[:, None] * j / counts[:, None], np.inf)
+    # chunk j (0-based) starts at the end of chunk j - 1; it is started only before the local deadline
+    starts = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
+    may = (starts - begin[:, None] < plan.tau) | (j == 1)
+    started = np.minimum(counts, np.cumprod(may, axis=1).sum(axis=1))
+    return ends, started
+
+
+def stream_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray,
+                     comm: np.ndarray, late: str) -> Stream:
+    """The messages of every worker's chunks, ended by the stop policy (see :class:`Stream`)."""
+    scheme = policy.scheme
+    ends, started = chunk_ends(plan, begin, compute)
+    ids, times = [], []
+    for i in range(len(begin)):
+        for c in scheme.emits(i, plan):
+            if c <= started[i]:
+                ids.append((i, int(c)))
+                times.append(ends[i, c - 1] + comm[i])
+    times = np.array(times, dtype=float)
+    order = np.argsort(times, kind="stable")
+    order = order[np.isfinite(times[order])]
+    sorted_ids = [ids[k] for k in order]
+    m = policy.count_stream(sorted_ids, times[order], start, plan)
+    received, end = sorted_ids[:m], float(times[order[m - 1]])
+    chunk_start = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
+    first = np.array([ends[i, 0] for i in range(len(begin))])
+    took = (begin < end) | (first <= end)
+    if late == "finish":
+        done = np.where(took, started, 0)
+        last = ends[np.arange(len(begin)), np.maximum(done - 1, 0)]
+        free = np.where(took, last, begin)
+    else:
+        # a chunk that starts at the very instant the iteration ends is started: the worker cannot know yet
+        done = np.where(took, np.minimum(started, (chunk_start <= end).sum(axis=1)), 0)
+        free = np.where(took, ends[np.arange(len(begin)), np.maximum(done - 1, 0)], begin)
+    sent = np.zeros(len(begin), dtype=int)
+    for i, c in ids:
+        if c <= done[i] and (late == "finish" or ends[i, c - 1] <= end):
+            sent[i] += 1
+    # a worker is free once its last message is out, too
+    for k in range(len(ids)):
+        i, c = ids[k]
+        if c == done[i] and (late == "finish"):
+            free[i] = max(free[i], times[k])
+    return Stream(start, end, begin, ends, received, times[order[:m]], took, done, free, sent)
 
 
 def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
@@ -177,6 +314,19 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
     rec["loss"] = loss
     rec["grad_error"] = grad_error
     return rec
+
+
+def work_fields(computed: np.ndarray | None, used: np.ndarray, sent: np.ndarray | None,
+                floats_per_message: int) -> dict[str, Any]:
+    """Per-worker work of one iteration for its record: load units computed and used (delivered in a combined
+    message), messages sent and the floats they carried (``floats`` in total)."""
+    out: dict[str, Any] = {"worker_used": [float(x) for x in used]}
+    if computed is not None:
+        out["worker_computed"] = [float(x) for x in computed]
+    if sent is not None:
+        out["worker_messages"] = [int(x) for x in sent]
+        out["floats"] = int(np.sum(sent)) * floats_per_message
+    return out
 
 
 def compact_load(load, as_list: bool = True):
@@ -247,12 +397,14 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "p95_iteration_time": float(np.percentile(durations, 95)),
         "computed": float(sum(r["computed"] for r in records)),
         "wasted": float(sum(r["wasted"] for r in records)),
+        "floats": (int(sum(r["floats"] for r in records)) if all("floats" in r for r in records) else None),
         "messages": int(sum(r["messages"] for r in records)),
         "mean_residual": float(np.mean(residuals)) if residuals else None,
         # exact-code decodes that fell back to least squares (residual > tol): approximate gradients
         "fallback_decodes": sum(1 for r in records if r.get("method") == "fallback"),
         "final_loss": losses[-1] if losses else None,
     }
+    summary["wasted_fraction"] = summary["wasted"] / summary["computed"] if summary["computed"] > 0 else None
     summary.update(overhead_ratios(records, durations))
     if target_loss is not None:
         hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
@@ -347,7 +499,7 @@ class Driver:
     # --- the common tail of an iteration --------------------------------------------------------------------------
     def conclude_gather(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, responders,
                         messages: int, computed: float, combined: Combined | None, truth: np.ndarray | None = None,
-                        **measured) -> dict[str, Any] | None:
+                        worker_computed: np.ndarray | None = None, **measured) -> dict[str, Any] | None:
         """After a master iteration: update, adapt, evaluate, and the record. ``computed`` is the load the workers
         took up (``messages`` plans); what the responders did not carry was ``wasted``."""
         loss, grad_error = self._update(t, plan, combined, truth)
@@ -355,10 +507,40 @@ class Driver:
             self.scheme.adapt(t, combined, elapsed=end - start)
         if not self.recording:
             return None
-        used = float(plan.load[responders].sum())
+        load = np.broadcast_to(np.asarray(plan.load, dtype=float), (self.n,))
+        used_w = np.zeros(self.n)
+        used_w[np.asarray(responders, dtype=int)] = load[np.asarray(responders, dtype=int)]
+        if worker_computed is not None:
+            computed = float(np.sum(worker_computed))
+        if self.w is not None:   # per worker only where n is small enough to list (a training run)
+            measured.update(work_fields(worker_computed, used_w, None, self.scheme.message_size(self.w.size)))
+        used = float(used_w.sum())
         return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
                             messages=messages, computed=computed, wasted=computed - used, combined=combined,
-                            loss=loss, grad_error=grad_error, measured=measured, as_lists=self.w is not None)
+                            loss=loss, grad_error=grad_error, measured={"used": used, **measured},
+                            as_lists=self.w is not None)
+
+    def conclude_stream(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, stream: Stream,
+                        combined: Combined | None, truth: np.ndarray | None = None, **measured):
+        """After a streamed master iteration: as :meth:`conclude_gather`, with the work counted chunk by chunk
+        (``worker_computed``, ``worker_used``) and the messages each worker sent (``worker_messages``, ``floats``)."""
+        loss, grad_error = self._update(t, plan, combined, truth)
+        if combined is not None:
+            self.scheme.adapt(t, combined, elapsed=end - start)
+        if not self.recording:
+            return None
+        computed_w, used_w = stream.computed(plan), stream.used(self.scheme, plan)
+        d = self.w.size if self.w is not None else 1
+        fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(d))
+        if self.w is None:   # timing only: totals alone (n may be large; no model size, so no floats)
+            fields = {}
+        responders = list(dict.fromkeys(i for i, _ in stream.received))
+        computed, used = float(computed_w.sum()), float(used_w.sum())
+        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
+                            messages=int(stream.sent.sum()), computed=computed, wasted=computed - used,
+                            combined=combined, loss=loss, grad_error=grad_error,
+                            measured={"used": used, "received": [list(m) for m in stream.received], **fields,
+                                      **measured}, as_lists=self.w is not None)
 
     def conclude_all_reduce(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float,
                             schedule: Schedule, micro: np.ndarray, combined: Combined | None,
@@ -370,9 +552,12 @@ class Driver:
         if not self.recording:
             return None
         units = schedule.units(plan.load)
+        if self.w is not None:
+            measured.update(work_fields(units, units, None, 0))
         return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
                             load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
-                            loss=loss, grad_error=grad_error, measured={"drop_rate": schedule.drop_rate, **measured},
+                            loss=loss, grad_error=grad_error,
+                            measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
                             as_lists=self.w is not None)
 
     def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):

@@ -291,6 +291,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "adaptive_k_load": "gradcode.schemes.adaptive:AdaptiveKLoad",
     "coded": "gradcode.schemes.coded:Coded",
     "dropcompute": "gradcode.schemes.dropcompute:DropCompute",
+    "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
     "anytime": "gradcode.schemes.anytime:Anytime",
 }, group="gradcode.schemes", positional=("n",))
 

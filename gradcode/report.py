@@ -21,7 +21,9 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   workers whose work was discarded (``wasted``); ``samples_computed`` / ``samples_wasted`` = units x samples per
   unit (``[run] batch`` or the scheme's ``batch``, adaptive_k_load's ``max_batch``; the partition size
   ``N / n_parts``, ``N`` samples, without mini-batches);
-- ``messages`` and ``bytes = messages x d x 8`` (x 2 for complex codes, whose messages carry two reals per entry;
+- ``wasted_fraction = wasted_units / computed_units``: the share of the computation no combine used;
+- ``messages`` and ``bytes = messages x d x 8`` (a streaming scheme: the floats its records count x 8)
+  (x 2 for complex codes, whose messages carry two reals per entry;
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
   exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
@@ -48,12 +50,13 @@ from .numfmt import fmt_ci, fmt_value
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
-           "time_to_target", "final_loss", "computed_units", "wasted_units", "samples_computed", "samples_wasted",
-           "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration", "speedup_target",
-           "scheme_name", "run_id"]
+           "time_to_target", "final_loss", "computed_units", "wasted_units", "wasted_fraction", "samples_computed",
+           "samples_wasted", "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration",
+           "speedup_target", "scheme_name", "run_id"]
 AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
               ("time_to_target", "time to target"), ("final_loss", "final loss"),
-              ("samples_computed", "samples computed"), ("bytes", "bytes sent"), ("mean_residual", "residual"),
+              ("samples_computed", "samples computed"), ("wasted_fraction", "wasted"), ("bytes", "bytes sent"),
+              ("mean_residual", "residual"),
               ("speedup_iteration", "speedup/it."), ("speedup_target", "speedup to target")]
 MPI_TOLERANCE = 0.10
 
@@ -209,10 +212,13 @@ def run_row(run: RunData) -> dict[str, Any]:
         "p95_iteration_time": s["p95_iteration_time"], "total_time": s["total_time"], "ideal_total_time": ideal,
         "overhead_ratio": s["overhead_ratio"],
         "time_to_target": s.get("time_to_target"), "final_loss": s["final_loss"],
-        "computed_units": s["computed"], "wasted_units": s["wasted"],
+        "computed_units": s["computed"], "wasted_units": s["wasted"], "wasted_fraction": s["wasted_fraction"],
         "samples_computed": None if per_unit is None else s["computed"] * per_unit,
         "samples_wasted": None if per_unit is None else s["wasted"] * per_unit,
-        "messages": s["messages"], "bytes": None if floats is None else s["messages"] * floats * 8,
+        "messages": s["messages"],
+        # a streaming scheme's messages differ in size: its records count the floats sent
+        "bytes": s["floats"] * 8 if s.get("floats") is not None else None if floats is None
+        else s["messages"] * floats * 8,
         "mean_residual": s["mean_residual"], "fallback_decodes": s.get("fallback_decodes"),
         "speedup_iteration": None, "speedup_target": None,
         "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],

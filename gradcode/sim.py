@@ -7,12 +7,20 @@ iteration ends at the first arrival after which the scheme's stop rule holds (or
 combines, updates the model and starts the next iteration at once (zero master overhead: the simulated end time is
 also the ideal end time).
 
-``late_workers`` says what a late worker does when the next iteration starts:
+``late_workers`` says what a late worker does when the next iteration starts (``docs/design.md#chunked-workers``):
 
 - ``"finish"`` (default, what a real cluster and ``mpi_runtime`` do): it completes the work in hand, its message is
   discarded by iteration tag, and only then picks up the newest plan, so it can be late again;
 - ``"abandon"``: it drops the old work at once, as in the textbook analysis where every iteration takes
-  ``T_(k:n)`` of fresh i.i.d. draws.
+  ``T_(k:n)`` of fresh i.i.d. draws; a worker of a ``chunked`` plan (interruptible at chunk boundaries) first
+  finishes the chunk in progress, then takes the newest plan.
+
+Work is counted as done: a worker that abandons has computed the share of its load it got through (chunk by chunk
+in a chunked plan), and ``wasted`` is what it computed and no combine used.
+
+A streaming scheme (``scheme.streams``, e.g. ``partial_coded``) runs its chunks with one speed per worker and
+iteration (the draw for the whole plan, split over the chunks) and sends after the chunks the scheme names
+(:class:`gradcode.cluster.Stream`).
 
 Decentralized schemes (DropCompute) run a synchronous All-Reduce step instead: every worker follows the scheme's
 schedule of chunks, the step ends at ``max_i (compute_i + comm_i)``.
@@ -40,7 +48,9 @@ from .cluster import (
     build_record,
     default_lr,
     master_iteration,
+    stream_iteration,
     summarize,
+    work_done,
     write_summary,
 )
 from .delays import make_delay
@@ -126,9 +136,12 @@ def _progress(enabled: bool, total: int):
 
 def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if workload is not None or late_workers != "abandon" or scheme.decentralized or time_budget is not None:
+    if (workload is not None or late_workers != "abandon" or scheme.decentralized or scheme.streams
+            or time_budget is not None):
         return False
     plan = scheme.plan(0)
+    if plan.chunked:
+        return False
     return scheme.stop_count() is not None and not math.isfinite(plan.deadline)
 
 
@@ -143,7 +156,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     chunk = max(1, min(chunk, _BLOCK // n))
     records: list[dict] = []
     clock = 0.0
-    computed = float(plan.load.sum())
+    load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
     for t0 in range(0, iterations, chunk):
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
@@ -153,13 +166,18 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         if not np.all(np.isfinite(kth)):
             raise SimulationError(f"{scheme.name}: the stop rule cannot be met; some workers never answer")
         ends = clock + np.cumsum(kth)
+        # abandon: a worker stops at the end, having done kth / compute of its load (work_done's rule)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where((compute > 0) & (compute > kth[:, None]), kth[:, None] / compute, 1.0)
+        computed_t = (share * load).sum(axis=1)
         starts = np.concatenate(([clock], ends[:-1]))
         for j, t in enumerate(ts):
             end = float(ends[j])
             records.append(build_record(
                 scheme, int(t), float(starts[j]), end, ideal_end=end, responders=order[j], load=plan.load,
-                messages=n, computed=computed, wasted=computed - float(plan.load[order[j]].sum()), combined=None,
-                loss=None, grad_error=None, measured={}, as_lists=False))
+                messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j] - load[order[j]].sum()),
+                combined=None, loss=None, grad_error=None, measured={"used": float(load[order[j]].sum())},
+                as_lists=False))
         clock = float(ends[-1])
     return records
 
@@ -194,8 +212,12 @@ class SimulatedCluster(Driver):
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
         compute, comm = self.delay.sample(self.seed, t, self.n, plan.load)
-        begin = np.maximum(start, self.free) if self.late == "finish" else np.full(self.n, start)
+        # abandon: a chunked worker drops the rest at its next chunk boundary (free then); others at once
+        begin = np.maximum(start, self.free) if self.late == "finish" or plan.chunked else np.full(self.n, start)
+        if self.scheme.streams:
+            return self._gather_stream(t, plan, start, begin, compute[0], comm[0])
         it = master_iteration(self.policy, plan, start, begin, compute[0], comm[0])
+        done = work_done(plan, begin, compute[0], it.end, it.started, self.late)
         if self.late == "finish":
             self.free = np.where(it.started, it.arrive, self.free)
         self.clock = it.end
@@ -209,8 +231,31 @@ class SimulatedCluster(Driver):
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
             measured["busy"] = _spans(begin, it.arrive, it.started)
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, responders=it.responders,
-                                    messages=int(it.started.sum()), computed=float(plan.load[it.started].sum()),
-                                    combined=combined, truth=truth, **measured)
+                                    messages=int(it.started.sum()), computed=float(done.sum()),
+                                    worker_computed=done, combined=combined, truth=truth, **measured)
+
+    def _gather_stream(self, t: int, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray,
+                       comm: np.ndarray) -> dict[str, Any]:
+        """A streaming scheme's iteration: chunk by chunk, several messages per worker (:class:`Stream`)."""
+        it = stream_iteration(self.policy, plan, start, begin, compute, comm, self.late)
+        self.free = np.where(it.started, it.free, self.free)
+        self.clock = it.end
+        self.scheme.observe_chunks(t, _chunk_seconds(plan, compute))
+        combined = truth = None
+        measured = {}
+        if self.workload is not None:
+            partials = self._partials(t, plan)
+            messages = np.stack([self.scheme.chunk_message(i, c, partials[list(plan.parts[i][:c])], plan)
+                                 for i, c in it.received])
+            combined = self.scheme.combine_stream(messages, it.received, plan)
+            truth = partials.sum(axis=0)
+            arrive = np.full(self.n, -np.inf)
+            for (i, _), a in zip(it.received, it.arrive, strict=True):
+                arrive[i] = max(arrive[i], a)
+            last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
+            measured["busy"] = _spans(begin, last, it.started)
+        return self.conclude_stream(t, plan, start, it.end, ideal_end=it.end, stream=it, combined=combined,
+                                    truth=truth, **measured)
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
@@ -226,6 +271,11 @@ class SimulatedCluster(Driver):
             measured["busy"] = _spans(np.full(self.n, start), start + schedule.stop, np.ones(self.n, dtype=bool))
         return self.conclude_all_reduce(t, plan, start, end, ideal_end=end, schedule=schedule, micro=micro,
                                         combined=combined, truth=truth, **measured)
+
+
+def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
+    """Each worker's time per chunk this iteration (its plan's compute time over its chunks)."""
+    return compute / np.array([plan.chunks(i) for i in range(len(compute))], dtype=float)
 
 
 def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:

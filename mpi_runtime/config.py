@@ -1,13 +1,13 @@
 """Everything a rank needs from the spec, validated before launch (this module never imports mpi4py).
 
 :func:`load_run` reads the spec with :func:`gradcode.spec.load_spec` (which validates every table) and adds the
-checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers = "finish"``
-(what a real worker does: it cannot abandon a message it already sent), ``[run] time_scale`` (wall-clock seconds
-per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails naming the
-rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading and building
-on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it before launching
-``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every rank builds the
-same scheme, delay model and workload.
+checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers`` (``finish``, or
+``abandon``: workers drop a stale plan between chunks, :mod:`mpi_runtime.worker`), ``[run] time_scale`` (wall-clock
+seconds per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails
+naming the rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading
+and building on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it
+before launching ``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every
+rank builds the same scheme, delay model and workload.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class RunConfig:
     time_scale: float
     grace: float
     startup_timeout: float = DEFAULT_STARTUP
+    late_workers: str = "finish"
 
     @property
     def workers(self) -> int:
@@ -83,9 +84,8 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         raise ConfigError("MPI runs need a [workload] table: the ranks exchange real gradients")
     kwargs = run_kwargs(spec)
     late = kwargs.get("late_workers", "finish")
-    if late != "finish":
-        raise ConfigError(f"[cluster] late_workers = {late!r}: the MPI cluster only supports 'finish' "
-                          "(a real worker completes the work in hand; its late message is dropped by tag)")
+    if late not in ("finish", "abandon"):
+        raise ConfigError(f"[cluster] late_workers = {late!r}: accepted: finish, abandon")
     if "seeds" in spec.run:
         raise ConfigError("[run] seeds: an MPI run takes one seed; use [run] seed")
     time_scale = check_float("[run] time_scale", spec.run.get("time_scale", DEFAULT_TIME_SCALE), low=0.0,
@@ -101,5 +101,5 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         loss_every=check_int("[run] loss_every", kwargs.get("loss_every", 1), low=1),
         target_loss=kwargs.get("target_loss"),
         time_budget=kwargs.get("time_budget"),
-        time_scale=time_scale, grace=grace, startup_timeout=startup,
+        time_scale=time_scale, grace=grace, startup_timeout=startup, late_workers=late,
     )

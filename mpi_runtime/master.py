@@ -88,10 +88,15 @@ class Master(Driver):
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
         self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
-        inline = 0 if self.shared else self.length
+        # chunk by chunk, several results per plan (a streaming scheme, or late workers that abandon): see
+        # _gather_stream; payloads travel inline and the model in the plans (a worker may hold two plans)
+        self.late = cfg.late_workers
+        self.streaming = scheme.streams or self.late == "abandon"
+        inline = self.length if (self.streaming or not self.shared) else 0
         self.recv_bufs = [np.full(P.RESULT_HEADER + inline, 0.0) for _ in range(self.n)]
-        self.payloads = self.shared.messages if self.shared else [buf[P.RESULT_HEADER:] for buf in self.recv_bufs]
-        self.total = np.zeros(self.length) if scheme.sums_messages else None   # running sum of the messages
+        self.payloads = ([buf[P.RESULT_HEADER:] for buf in self.recv_bufs] if inline else self.shared.messages)
+        self.total = (np.zeros(self.length) if scheme.sums_messages and not self.streaming
+                      else None)   # running sum of the messages
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
@@ -152,6 +157,8 @@ class Master(Driver):
         write_summary(self.out, {**self.summary(), **self.cfg.summary_fields(unresponsive, error)})
 
     def gather(self, t: int, plan) -> dict[str, Any]:
+        if self.streaming:
+            return self._gather_stream(t, plan)
         self.faults.maybe_crash(t)
         start = self.now()
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
@@ -187,6 +194,115 @@ class Master(Driver):
     def emit(self, rec: dict[str, Any]) -> None:
         self.unwritten = rec
 
+    # --- streaming: chunk by chunk, several results per plan ----------------------------------------------------
+    def _gather_stream(self, t: int, plan) -> dict[str, Any]:
+        """One iteration of chunked workers (``scheme.streams``, or ``late_workers = "abandon"``).
+
+        The plan goes to every idle worker, and under ``abandon`` to the busy ones too (they drop their stale plan
+        at their next chunk boundary, or at once if it is not chunked). Every worker has one receive posted on
+        :data:`~mpi_runtime.protocol.STREAM_TAG`, reposted after each result; a result names its iteration and
+        the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
+        iteration go to the stop policy's streaming form (:meth:`gradcode.cluster.StopPolicy.stream_holds`). The
+        ideal end and the work counted (``worker_computed``) come from the simulator's arithmetic on the same draws
+        (:func:`gradcode.cluster.stream_iteration`); what was used is what arrived."""
+        from gradcode.cluster import Stream, stream_iteration
+
+        self.faults.maybe_crash(t)
+        start = self.now()
+        self.stamp = time.time()
+        tick = time.perf_counter()
+        self.slot = -1
+        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
+        for i in range(self.n):
+            if self.recv_reqs[i] == MPI.REQUEST_NULL:
+                self._post(i)
+        free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
+        targets = range(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
+        for i in targets:
+            if self.busy[i] >= 0 and not self.send_reqs[i].Test():
+                continue   # it has not taken its last plan yet (a large model mid-transfer): it gets this one later
+            self._send_plan(int(i), t, plan)
+        send_s = time.perf_counter() - tick
+        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        self.emulated = compute[0] + comm_time[0]
+        begin = np.maximum(start, free) if self.late == "finish" or plan.chunked else np.full(self.n, start)
+        try:
+            ideal = stream_iteration(self.policy, plan, start, begin, compute[0], comm_time[0], self.late)
+        except SimulationError as err:
+            raise RunFailure(f"iteration {t}: {err}") from None
+        self.expected_free[:] = np.where(ideal.started, self.stamp + (ideal.free - start) * self.scale,
+                                         self.expected_free)
+        self.scheme.observe_chunks(t, compute[0] / np.array([plan.chunks(i) for i in range(self.n)], dtype=float))
+        self._write_record()
+        received, messages = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
+        end = self.now()
+        tick = time.perf_counter()
+        self.evaluation_s = 0.0
+        measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
+                          ideal.done, ideal.free, ideal.sent)
+        combined = self.scheme.combine_stream(np.stack(messages), received, plan)
+        rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
+                                   combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
+                                   overruns=self.stats["overruns"],
+                                   ideal_responders=list(dict.fromkeys(i for i, _ in ideal.received)))
+        master_s = send_s + time.perf_counter() - tick - self.evaluation_s
+        rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
+        return rec
+
+    def _post(self, i: int) -> None:
+        self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=P.STREAM_TAG)
+
+    def _collect_stream(self, t: int, plan, start: float, fallback) -> tuple[list, list]:
+        """Messages ``(worker, chunks)`` of iteration ``t`` and their payloads, in arrival order, until the stop
+        rule holds; results that complete a worker's plan make it idle (under ``finish`` it gets plan ``t``)."""
+        received: list[tuple[int, int]] = []
+        messages: list[np.ndarray] = []
+        last = time.perf_counter()
+        while True:
+            for i in self._stream_arrivals():
+                last = time.perf_counter()
+                hdr = self.recv_bufs[i]
+                t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
+                payload = None if kind == P.MARKER else P.from_payload(self.payloads[i], self.is_complex).copy()
+                self._post(i)          # the buffer is read: the worker's next result may come in
+                if kind != P.MESSAGE and self.busy[i] == t_msg:
+                    self.busy[i] = -1
+                    if t_msg != t:
+                        self._send_plan(i, t, plan)      # late and free now: it takes the current plan
+                        self.expected_free[i] = time.time() + self.emulated[i] * self.scale
+                if t_msg != t or payload is None:
+                    self.stats["stale"] += t_msg != t
+                    continue
+                if not _finite(payload):
+                    self.stats["erasures"].append(i)
+                    self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; an erasure")
+                    continue
+                if self.policy.stream_holds(received, plan, fallback) and received:
+                    continue           # after the stop, in the same poll: not used
+                received.append((i, c))
+                messages.append(payload)
+            if received and self.policy.stream_holds(received, plan, fallback):
+                return received, messages
+            if self.policy.out_of_time(received, self.now() - start, plan):
+                return received, messages
+            if not (self.busy >= 0).any():
+                raise RunFailure(self._unmet(t, [i for i, _ in received],
+                                             "every worker has answered and none is computing"))
+            if time.perf_counter() - last > self.cfg.grace:
+                raise RunFailure(self._unmet(t, [i for i, _ in received],
+                                             f"no message for {self.cfg.grace:g} s ([run] grace)"))
+            self.peers.check()
+            time.sleep(P.POLL)
+
+    def _stream_arrivals(self) -> list[int]:
+        """Workers whose result completed since the last call, in the order they were sent."""
+        done = MPI.Request.Testsome(self.recv_reqs)
+        if not done:
+            return []
+        for i in done:
+            self.recv_reqs[i] = MPI.REQUEST_NULL
+        return sorted(done, key=lambda i: self.recv_bufs[i][5])
+
     def _write_record(self) -> None:
         """Append the last record to records.jsonl and flush it. Called once the next iteration's plans are out
         (so the write is not on the critical path) and when the run ends, so every record reaches the disk."""
@@ -214,10 +330,12 @@ class Master(Driver):
         except TimeoutError:
             raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.cfg.grace:g} s "
                              f"([run] grace){self.peers.states([i + 1])}") from None
+        slot = -1 if self.streaming else self.slot     # streaming: the model travels in the plan
         message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
-                              self.w, self.capacity, self.stamp, self.slot)
+                              self.w, self.capacity, self.stamp, slot, plan.chunked, plan.tau)
         tag = P.data_tag(t)
-        self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
+        if not self.streaming:     # streaming: the receive on STREAM_TAG stays posted
+            self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
         self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
         self.busy[i], self.slot_of[i] = t, self.slot
         self.stats["sent"] += 1
@@ -340,7 +458,9 @@ class Master(Driver):
             for i in MPI.Request.Testsome(ack_reqs) or []:
                 acked[i] = True
                 self.peers.forget(i + 1)    # done: it may exit
-            MPI.Request.Testsome(self.recv_reqs)    # late results: received and dropped
+            for i in MPI.Request.Testsome(self.recv_reqs) or []:    # late results: received and dropped
+                if self.streaming and not acked[i]:
+                    self._post(i)       # a streaming worker may have more in flight before its ACK
             time.sleep(P.POLL)
         for i in np.flatnonzero(acked):
             # every result sent before the ACK has been matched: a pending receive can only be cancelled

@@ -12,10 +12,12 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
-**Tags.** MPI only guarantees tags ``0..32767``. Data messages carry ``t mod 32767`` and the header repeats the
+**Tags.** MPI only guarantees tags ``0..32767``. Data messages carry ``t mod 32766`` and the header repeats the
 full iteration number, so a late message is recognised even after the tag wraps around; ``32767`` is reserved for
-control. Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on
-one communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
+control, ``32766`` for the results of a streaming run (several per plan, and late ones under ``abandon``: the master
+keeps one receive posted per worker on that tag, reposted after each arrival, and sorts them by their header).
+Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on one
+communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
 been matched (and a pending receive for it can be cancelled safely, see :func:`cancel_receive`).
 
 **Shared memory.** When every rank runs on one node, the 800 kB-scale payloads do not travel at all: the master
@@ -47,11 +49,16 @@ from mpi4py import MPI
 
 POLL = 2e-4             # seconds between two tests of a pending request
 CTRL_TAG = 32767        # STOP / ACK
-TAG_MOD = 32767         # data tags are t mod TAG_MOD, i.e. 0..32766
+STREAM_TAG = 32766      # every result of a streaming run (the header says which iteration)
+TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 
-PLAN_HEADER = 7         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
-#                         model slot in shared memory (-1: the model follows in the plan)
-RESULT_HEADER = 6       # t, worker, real compute (s), emulated (s), overrun flag, send wall time
+PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
+#                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
+#                         deadline tau (model units; inf: none)
+RESULT_HEADER = 8       # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
+#                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
+#                         ended with no message to send)
+MESSAGE, LAST, MARKER = 0, 1, 2
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
 MODEL_SLOTS = 8         # at most this many model versions in shared memory (n + 1 always suffice, see ModelSlots)
 
@@ -70,13 +77,15 @@ def plan_size(parts_capacity: int, d: int) -> int:
 
 
 def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: int, parts, w: np.ndarray,
-              capacity: int, stamp: float, slot: int = -1) -> np.ndarray:
+              capacity: int, stamp: float, slot: int = -1, chunked: bool = False,
+              tau: float = math.inf) -> np.ndarray:
     """Write worker ``i``'s plan into ``buf`` (which no pending request may point at), and the model too unless it
     is in shared-memory slot ``slot``. Returns the part of ``buf`` to send."""
     parts = tuple(parts)
     if len(parts) > capacity:
         raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
-    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, n_parts, len(parts), stamp, slot)
+    buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, n_parts, len(parts), stamp, slot, float(chunked),
+                         tau)
     buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
     buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
     if slot >= 0:
@@ -86,16 +95,17 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: 
 
 
 def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
-    """``(t, load, batch, n_parts, parts, w, stamp, slot)``; ``w`` is a view into ``buf`` or into the shared slot
-    that the plan names (never a copy; see :func:`check_model`)."""
-    t, load, batch, n_parts, n_held, stamp, slot = buf[:PLAN_HEADER]
+    """``(t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau)``; ``w`` is a view into ``buf`` or into the
+    shared slot that the plan names (never a copy; see :func:`check_model`)."""
+    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_held)])
     if slot >= 0:
         shared.sync()      # the master's write of the slot happened before its send of this plan
         w = shared.models[int(slot)]
     else:
         w = buf[PLAN_HEADER + capacity:]
-    return int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp), int(slot)
+    return (int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp), int(slot),
+            bool(chunked), float(tau))
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:

@@ -18,7 +18,7 @@ Worker ``i`` (rank ``i + 1``) loops:
    was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
 4. **Send** the result (the header, and the message unless it is in shared memory) with a non-blocking buffer
-   send, tag ``t mod 32767``, and complete it by polling before the buffer is written again. The message is
+   send, tag ``t mod 32766``, and complete it by polling before the buffer is written again. The message is
    written (into the send buffer or the worker's shared segment) before the sleep, so that only the header is
    written after it. The worker counts as free from the moment it sent (the
    simulator's ``free_i = arrival``): the transfer of the result, like that of the plan, counts toward the next
@@ -65,6 +65,12 @@ class Worker:
         # per worker); beyond that the master is hung (a dead master on this host is noticed at once, peers.py)
         self.patience = (2 * self.n + 2) * cfg.grace
         self.free = 0.0          # wall time at which this worker sent its last result
+        # chunk by chunk, several results per plan, on the streaming tag (mpi_runtime/master.py)
+        self.late = cfg.late_workers
+        self.streaming = scheme.streams or self.late == "abandon"
+        self.stopped = False
+        if self.streaming:     # results carry their payload inline: the next one may be written before it is read
+            self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
 
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -121,8 +127,10 @@ class Worker:
     # --- one plan -------------------------------------------------------------------------------------------
     def _work(self, buf: np.ndarray) -> bool:
         """Compute, wait out the emulated delay, send. False if a STOP arrived meanwhile."""
+        if self.streaming:
+            return self._work_stream(buf)
         received = time.time()
-        t, load, batch, n_parts, parts, w, stamp, slot = P.unpack_plan(buf, self.capacity, self.shared)
+        t, load, batch, n_parts, parts, w, stamp, slot, _, _ = P.unpack_plan(buf, self.capacity, self.shared)
         begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
         payload = self._message(t, load, batch, n_parts, parts, w)
@@ -140,10 +148,108 @@ class Worker:
         if not P.sleep_until(begin + target, self._stop_came):
             return False
         hdr = self.result
-        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time())
+        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST)
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         self._wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)), f"the result of iteration {t}")
         return True
+
+    # --- one plan, chunk by chunk (a streaming scheme, or late_workers = "abandon") ------------------------------
+    def _work_stream(self, buf: np.ndarray) -> bool:
+        """Chunk by chunk: compute chunk ``j``'s real gradient, wait until its emulated end ``begin + compute (j +
+        1) / L`` (the simulator's :class:`gradcode.cluster.Stream`), then - between chunks - answer a STOP, drop the
+        rest if a newer plan has come (``abandon``; an unchunked plan is interruptible throughout, as the
+        simulator's ``abandon``), stop at the local deadline ``tau``, and queue the scheme's message if it wants
+        one after this chunk; a queued message goes out ``comm`` after its chunk ended, while the next chunk runs.
+        The worker's last result says so (``LAST``, or a ``MARKER`` with no message). False on STOP."""
+        received = time.time()
+        t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau = P.unpack_plan(buf, self.capacity,
+                                                                                     self.shared)
+        w = np.array(w)              # a copy: the model is read now only (the master may reuse its slot)
+        P.check_model(self.shared, slot, t)
+        begin = max(min(stamp, received), self.free)
+        self.faults.maybe_crash(t)
+        L = len(parts) if chunked else 1
+        own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
+        plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch, tau=tau,
+                    chunked=chunked)
+        emits = set(self.scheme.emits(self.i, plan))
+        compute, comm = self._draw(t, load)
+        if not (math.isfinite(compute) and math.isfinite(comm)):
+            _hang(self.peers)
+        scale = self.cfg.time_scale
+        ends = [begin + compute * scale * (j + 1) / L for j in range(L)]
+        partials: list[np.ndarray] = []
+        queue: list[tuple[float, int, np.ndarray | None]] = []    # (send time, chunks done, message)
+        done = 0
+        for j in range(L):
+            if j > 0 and (ends[j - 1] - begin) / scale >= tau:
+                break        # the local deadline: no further chunk
+            chunk = [parts[j]] if chunked else list(parts)
+            partials.extend(self.workload.gradients(w, t, chunk, n_parts, batch))
+            state = self._until(ends[j], queue, t, interruptible=not chunked)
+            if state != "on":
+                return state != "stop"
+            done = j + 1
+            if done in emits:
+                stacked = np.stack(partials)
+                msg = (self.scheme.chunk_message(self.i, done, stacked, plan) if chunked
+                       else self.scheme.message(self.i, stacked, plan))
+                queue.append((ends[j] + comm * scale, done, P.as_payload(msg, self.is_complex).copy()))
+            if self.late == "abandon" and j + 1 < L and self._newer_plan():
+                self.free = time.time()   # free from this chunk boundary, the simulator's free_i
+                return True   # drop the rest (and the messages not yet out): the newer plan is waiting
+        if not queue or queue[-1][1] != done:      # the plan ended with no message due: say so
+            queue.append((ends[done - 1] + comm * scale if done else begin, done, None))
+        last = queue[-1]
+        queue[-1] = (last[0], last[1], last[2], True)
+        state = self._until(math.inf, queue, t, interruptible=self.late == "abandon")
+        return state != "stop"
+
+    def _until(self, until: float, queue: list, t: int, *, interruptible: bool) -> str:
+        """Wait until ``until`` (or until the queue is empty if ``until`` is inf), sending queued messages when
+        due. ``"on"``; ``"stop"`` (a STOP came and was answered); ``"newer"`` (a newer plan, if ``interruptible``
+        under abandon: the queue is dropped)."""
+        while True:
+            due = queue[0][0] if queue else math.inf
+            nxt = min(until, due)
+            if not math.isfinite(nxt):
+                return "on"
+            watch = self._stop_or_newer if (interruptible and self.late == "abandon") else self._stop_came
+            if not P.sleep_until(nxt, watch):
+                if self.stopped:
+                    return "stop"
+                self.free = time.time()   # abandoned here: free from now
+                return "newer"
+            if queue and due <= until:
+                self._send_stream(t, queue.pop(0))
+            else:
+                return "on"
+
+    def _send_stream(self, t: int, item) -> None:
+        send_at, c, msg = item[:3]
+        last = len(item) > 3
+        kind = (P.LAST if last else P.MESSAGE) if msg is not None else P.MARKER
+        out = self.result
+        if msg is not None:
+            out[P.RESULT_HEADER:P.RESULT_HEADER + len(msg)] = msg
+            self.faults.maybe_poison(t, out[P.RESULT_HEADER:])
+        out[:P.RESULT_HEADER] = (t, self.i, 0.0, 0.0, 0.0, time.time(), c, kind)
+        if last:
+            self.free = out[5]
+        self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")
+
+    def _newer_plan(self) -> bool:
+        """Is a plan waiting (a newer one: plans come in order)?"""
+        status = MPI.Status()
+        return bool(self.comm.Iprobe(source=0, tag=MPI.ANY_TAG, status=status)) and status.Get_tag() != P.CTRL_TAG
+
+    def _stop_or_newer(self) -> bool:
+        return self._stop_came() or self._newer_plan()
+
+    def _draw(self, t: int, load: float) -> tuple[float, float]:
+        """This worker's compute and communication time of plan ``t`` in model units (the simulator's draw)."""
+        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
+        return float(compute[0, self.i]), float(comm[0, self.i])
 
     def _message(self, t: int, load: float, batch: int | None, n_parts: int, parts, w) -> np.ndarray:
         partials = self.workload.gradients(w, t, parts, n_parts, batch)
@@ -161,6 +267,7 @@ class Worker:
         """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""
         if self.comm.Iprobe(source=0, tag=P.CTRL_TAG):
             self._stop()
+            self.stopped = True
             return True
         self.peers.check()     # the master died meanwhile: say so now, not after the emulated delay
         return False

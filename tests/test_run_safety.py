@@ -305,7 +305,6 @@ def test_report_into_an_unwritable_folder_is_an_error(reference, tmp_path, monke
     ({"workload": None}, "[workload]", True),
     ({"run": {"time_scale": -1}}, "time_scale", False),   # a bad number is refused for every cluster
     ({"run": {"grace": 0}}, "grace", False),
-    ({"cluster": {"late_workers": "abandon"}}, "late_workers", True),
 ])
 @pytest.mark.parametrize("kind", ["mpi", "both"])
 def test_mpi_rules_are_checked_before_any_run(tmp_path, change, key, mpi_only, kind):

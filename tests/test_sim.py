@@ -344,7 +344,8 @@ def test_every_record_comes_from_one_builder(workload):
     for name, res in runs.items():
         assert set(base) - {"k"} <= set(res.records[0]), name
     assert set(runs["vectorised"].records[0]) == set(runs["timing"].records[0])
-    assert set(runs["master"].records[0]) - set(runs["timing"].records[0]) == {"busy"}
+    assert set(runs["master"].records[0]) - set(runs["timing"].records[0]) == {"busy", "worker_computed",
+                                                                                "worker_used"}
     assert set(runs["decentralized"].records[0]) - set(runs["master"].records[0]) == {"drop_rate", "tau", "M"}
 
 

@@ -38,6 +38,12 @@ class Plan:
     units of the delay model (one unit = one partition's mini-batch at the run's reference batch size).
     ``micro_batches`` > 0 marks a decentralized plan: worker ``i`` computes the chunks ``parts[i]`` in order, one
     partition each, and ``tau`` is its local time limit (``inf``: no limit).
+
+    ``chunked`` marks a master plan of interruptible workers (``docs/design.md#chunked-workers``): worker ``i``
+    computes ``parts[i]`` one partition (chunk) at a time, in the listed order, each chunk ``load[i] /
+    len(parts[i])`` units; between two chunks it drops the rest if a newer plan has come
+    (``late_workers = "abandon"``), starts no further chunk once ``tau`` has passed since it began (its local
+    deadline), and sends a message when the scheme asks for one (:meth:`Scheme.emits`).
     """
 
     t: int
@@ -48,6 +54,11 @@ class Plan:
     micro_batches: int = 0
     tau: float = float("inf")
     deadline: float = float("inf")
+    chunked: bool = False
+
+    def chunks(self, i: int) -> int:
+        """Chunks worker ``i`` computes: ``len(parts[i])`` in a chunked plan, else 1 (its whole load at once)."""
+        return len(self.parts[i]) if self.chunked else 1
 
 
 class OwnParts(Sequence):
@@ -118,6 +129,10 @@ class Scheme:
     #: True if the stop rule waits for a decodable set: when the workers that ever answer cannot decode, a cluster
     #: takes them all and the decoder falls back (the record's ``method`` says so) instead of failing.
     exact: bool = False
+    #: True if a worker may send several messages per plan (after chunks, :meth:`emits`): a cluster then stops and
+    #: combines on *messages* ``(worker, chunks done)`` (:meth:`stream_done`, :meth:`combine_stream`), not on
+    #: workers. Its plans are ``chunked``.
+    streams: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)
@@ -229,6 +244,53 @@ class Scheme:
     def record(self) -> dict[str, Any]:
         """The state to report in this iteration's record (``k``, ``tau``, ``stage``, ... where relevant)."""
         return {}
+
+    # --- streaming: several messages per worker and plan (``streams = True``) ------------------------------------
+    def emits(self, i: int, plan: Plan) -> tuple[int, ...]:
+        """After how many of its chunks worker ``i`` sends a message (increasing); by default once, at the end."""
+        return (plan.chunks(i),)
+
+    def chunk_message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
+        """Worker ``i``'s message after its first ``c`` chunks, from their gradients ``partials`` (``(c, d)``, in
+        chunk order): by default the sum of the chunks done since its previous message."""
+        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
+        return np.asarray(partials)[prev:c].sum(axis=0)
+
+    def message_parts(self, i: int, c: int, plan: Plan) -> tuple[int, ...]:
+        """The partitions whose gradients message ``(i, c)`` carries (what it *uses* of the worker's work): the
+        chunks since the worker's previous message (all its partitions in an unchunked plan)."""
+        if not plan.chunked:
+            return tuple(plan.parts[i])
+        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
+        return tuple(plan.parts[i][prev:c])
+
+    def stream_done(self, received, plan: Plan) -> bool:
+        """May the iteration end, given the messages ``(worker, chunks)`` received so far (in arrival order)? By
+        default (one message per worker) :meth:`done` of the workers that sent them."""
+        return self.done([i for i, _ in received])
+
+    def stream_stop_index(self, received, plan: Plan) -> int | None:
+        """Number of first messages of ``received`` after which the iteration ends; ``None`` if never (binary
+        search: every streaming stop rule here is monotone)."""
+        if not received or not self.stream_done(received, plan):
+            return None
+        lo, hi = 1, len(received)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.stream_done(received[:mid], plan):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def combine_stream(self, messages: np.ndarray, received, plan: Plan) -> Combined:
+        """The estimate from the ``(len(received), d)`` messages ``(worker, chunks)``; by default (one message per
+        worker) :meth:`combine` of their workers."""
+        return self.combine(messages, [i for i, _ in received], plan)
+
+    def observe_chunks(self, t: int, chunk_time: np.ndarray) -> None:
+        """Learn from iteration ``t``'s seconds per chunk of every worker (``nan`` where unknown); streaming schemes
+        that plan by worker speed use it (a cluster calls it whether or not there is a workload)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n})"

@@ -1,0 +1,275 @@
+"""Partial work: chunked interruptible workers, streaming, ``partial_coded`` and its chunk order (issue 13)."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from gradcode import make_scheme
+from gradcode.cluster import StopPolicy, chunk_ends, stream_iteration
+from gradcode.errors import ConfigError, DecodeFallbackWarning
+from gradcode.schemes import chunk_order
+from gradcode.sim import simulate
+from gradcode.workloads import make_workload
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return make_workload("least_squares", n_samples=360, dim=8, seed=3)
+
+
+# --- the chunk order ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n,s", [(n, s) for n in range(2, 7) for s in range(0, min(n, 3))])
+def test_optimal_order_matches_brute_force(n, s):
+    rng = np.random.default_rng(100 * n + s)
+    for _ in range(3 if (n, s) == (6, 2) else 8):
+        tau = 1.0 + rng.pareto(1.5, size=n)
+        order = chunk_order.optimal_order(tau, s)
+        # a valid order: every worker its own cyclic chunks, each once
+        assert [sorted(o) for o in order] == [sorted(o) for o in chunk_order.natural_order(n, s)]
+        best, _ = chunk_order.brute_force_order(tau, s)
+        assert chunk_order.completion_time(order, tau) == pytest.approx(best, rel=1e-12)
+
+
+def _qmax_by_enumeration(order) -> int:
+    """Q_max from its definition: one more than the most chunks processed in a state that misses a chunk."""
+    worst = -1
+    for x in itertools.product(*[range(len(o) + 1) for o in order]):
+        covered = {c for o, k in zip(order, x, strict=True) for c in o[:k]}
+        if len(covered) < len({c for o in order for c in o}):
+            worst = max(worst, sum(x))
+    return worst + 1
+
+
+@pytest.mark.parametrize("n,s", [(n, s) for n in range(2, 7) for s in range(1, min(n, 3))])
+def test_natural_order_minimises_the_worst_case_chunk_count(n, s):
+    """The paper's speed-free criterion Q_max: the formula equals its definition, and no order of the cyclic
+    assignment beats the natural one (brute force over every combination of orders, n <= 6)."""
+    rng = np.random.default_rng(n + 10 * s)
+    perms = [list(itertools.permutations(o)) for o in chunk_order.natural_order(n, s)]
+    for _ in range(3):    # the closed form against the definition, on random orders
+        order = tuple(p[rng.integers(len(p))] for p in perms)
+        assert chunk_order.worst_case_chunks(order) == _qmax_by_enumeration(order)
+    best = min(chunk_order.worst_case_chunks(combo) for combo in itertools.product(*perms))
+    assert chunk_order.worst_case_chunks(chunk_order.natural_order(n, s)) == best
+    assert chunk_order.worst_case_chunks(chunk_order.optimal_order(np.ones(n), s)) == best
+
+
+def test_optimal_order_beats_natural_when_workers_differ():
+    tau = [1.0, 1.0, 10.0, 10.0]
+    assert chunk_order.optimal_order(np.ones(4), 2) == chunk_order.natural_order(4, 2)
+    assert chunk_order.completion_time(chunk_order.optimal_order(tau, 2), tau) < \
+        chunk_order.completion_time(chunk_order.natural_order(4, 2), tau)
+
+
+def test_optimized_order_learns_persistent_slow_workers():
+    sch = make_scheme("partial_coded", n=5, s=1)
+    slow = np.array([1.0, 1.0, 8.0, 1.0, 1.0])
+    for t in range(20):
+        sch.observe_chunks(t, slow)
+    plan = sch.plan(20)
+    assert plan.parts[1][0] == 2      # worker 1 covers the slow worker 2's chunk first
+    assert sch.record()["order_changed"]
+
+
+# --- streaming: duplicates, order of arrival, exactness -------------------------------------------------------
+def _partials(n_parts, d=5, seed=0):
+    return np.random.default_rng(seed).standard_normal((n_parts, d))
+
+
+def _messages(sch, plan, received, G):
+    return np.stack([sch.chunk_message(i, c, G[list(plan.parts[i][:c])], plan) for i, c in received])
+
+
+@pytest.mark.parametrize("group", [1, 2, 3])
+def test_stream_with_duplicates_and_any_arrival_order_decodes_exactly(group):
+    n, s = 6, 2
+    sch = make_scheme("partial_coded", n=n, s=s, order="natural", group=group)
+    plan = sch.plan(0)
+    G = _partials(n)
+    every = [(i, c) for i in range(n) for c in sch.emits(i, plan)]   # every chunk several times over
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        received = [every[k] for k in rng.permutation(len(every))]
+        received += received[:3]                                     # a message delivered twice
+        assert sch.stream_done(received, plan)
+        out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+        assert out.method == "exact" and out.residual <= 1e-8
+        np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-10, atol=1e-12)
+
+
+def test_stream_stop_index_is_the_first_prefix_that_covers():
+    sch = make_scheme("partial_coded", n=4, s=1, order="natural")
+    plan = sch.plan(0)
+    # worker i's chunks: (i, i+1); (3, 2) is chunk 0, so chunk 3 first comes with (3, 1), the sixth message
+    received = [(0, 1), (0, 1), (1, 1), (3, 2), (2, 1), (3, 1)]
+    k = sch.stream_stop_index(received, plan)
+    assert k == 6 and not sch.stream_done(received[:5], plan)
+    assert sch.stream_stop_index(received[:5], plan) is None
+
+
+def test_exact_mode_that_cannot_decode_falls_back_audibly():
+    sch = make_scheme("partial_coded", n=4, s=1, order="natural")
+    plan = sch.plan(0)
+    G = _partials(4)
+    received = [(0, 1), (1, 1)]
+    with pytest.warns(DecodeFallbackWarning):
+        out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+    assert out.method == "fallback" and out.residual > 1e-8
+
+
+def test_tandon_needs_every_first_message_and_a_decodable_code():
+    sch = make_scheme("partial_coded", n=5, s=1, protocol="tandon", partitions=4)
+    plan = sch.plan(0)
+    own = 4 - 1 - 1
+    assert plan.n_parts == 5 * own + 5 and sch.emits(0, plan) == (own, 4)
+    firsts = [(i, own) for i in range(5)]
+    seconds = [(i, 4) for i in range(5)]
+    assert sch.stream_done(firsts + seconds[:4], plan)
+    assert not sch.stream_done(firsts[1:] + seconds, plan)        # worker 0's own chunks never came
+    G = _partials(plan.n_parts)
+    received = seconds[2:] + firsts[::-1] + seconds[:1]
+    out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+    assert out.method == "exact"
+    np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("params", [{}, {"order": "natural"}, {"group": 2}, {"protocol": "tandon"}])
+@pytest.mark.parametrize("late", ["finish", "abandon"])
+def test_exact_mode_gradient_equals_full_gradient_in_the_simulator(workload, params, late):
+    res = simulate(make_scheme("partial_coded", n=6, s=2, **params), "pareto", workload, iterations=8, seed=4,
+                   late_workers=late, loss_every=100)
+    for rec in res.records:
+        assert rec["method"] == "exact" and rec["residual"] <= 1e-8
+        assert rec["grad_error"] <= 1e-10
+
+
+def test_approximate_mode_stops_at_the_deadline_or_wait(workload):
+    res = simulate(make_scheme("partial_coded", n=6, s=2, mode="approximate", wait=4), "pareto", workload,
+                   iterations=6, seed=2)
+    for rec in res.records:
+        chunks = {tuple(m) for m in rec["received"]}
+        assert rec["method"] in ("approximate", "exact")
+        assert len(chunks) >= 1 and rec["residual"] <= np.sqrt(2 / 6) + 1e-12
+    with pytest.raises(ConfigError, match="approximate"):
+        make_scheme("partial_coded", n=6, s=2, deadline=1.0)
+    with pytest.raises(ConfigError, match="order"):
+        make_scheme("partial_coded", n=6, s=2, order="best")
+
+
+# --- chunked workers on the virtual clock ---------------------------------------------------------------------
+def test_chunk_ends_and_local_deadline():
+    sch = make_scheme("partial_coded", n=3, s=2, order="natural")
+    plan = sch.plan(0)
+    from dataclasses import replace
+    ends, started = chunk_ends(replace(plan, tau=2.5), np.zeros(3), np.array([3.0, 6.0, 30.0]))
+    np.testing.assert_allclose(ends[0], [1, 2, 3])
+    np.testing.assert_allclose(ends[1], [2, 4, 6])
+    assert started.tolist() == [3, 2, 1]      # a chunk starts only before 2.5 has passed
+
+
+def test_abandon_drops_the_rest_at_the_next_chunk_boundary():
+    sch = make_scheme("partial_coded", n=3, s=2, order="natural")
+    plan = sch.plan(0)
+    compute = np.array([3.0, 3.3, 60.0])
+    for late, done2 in (("finish", 3), ("abandon", 1)):
+        it = stream_iteration(StopPolicy(sch), plan, 0.0, np.zeros(3), compute, np.zeros(3), late)
+        # worker 0's chunks 0, 1, 2 end at 1, 2, 3, worker 1's 1, 2, 0 at 1.1, 2.2, 3.3: all in at 2.2;
+        # worker 2's end at 20, 40, 60
+        assert it.end == pytest.approx(2.2)
+        assert it.done[2] == done2
+        assert it.free[2] == pytest.approx(20.0 * done2)
+        assert (it.computed(plan) >= 0).all() and it.used(sch, plan).sum() <= it.computed(plan).sum() + 1e-12
+
+
+def test_no_worker_starts_a_plan_before_its_chunk_in_progress_ends(workload):
+    """Interruptible workers never mix a stale chunk into a later iteration: a worker's spans do not overlap, and
+    every message combined was sent for the current plan (the simulator computes it at the current model)."""
+    res = simulate(make_scheme("partial_coded", n=6, s=2), "pareto", workload, iterations=40, seed=5,
+                   late_workers="abandon")
+    last_free = np.zeros(6)
+    for rec in res.records:
+        for i, span in enumerate(rec["busy"]):
+            if span is not None:
+                assert span[0] >= last_free[i] - 1e-12
+                last_free[i] = span[1]
+        assert rec["method"] == "exact" and rec["residual"] == 0.0
+
+
+def test_work_is_counted_per_worker(workload):
+    for late in ("finish", "abandon"):
+        for name, params in (("partial_coded", {"s": 2}), ("fastest_k", {"k": 4})):
+            res = simulate(make_scheme(name, n=6, **params), "pareto", workload, iterations=10, seed=6,
+                           late_workers=late)
+            for rec in res.records:
+                assert sum(rec["worker_computed"]) == pytest.approx(rec["computed"])
+                assert sum(rec["worker_used"]) == pytest.approx(rec["used"])
+                assert rec["wasted"] == pytest.approx(rec["computed"] - rec["used"])
+                assert rec["wasted"] >= -1e-12
+            assert 0 <= res.summary["wasted_fraction"] < 1
+
+
+def test_streamed_messages_and_floats_are_recorded(workload):
+    res = simulate(make_scheme("partial_coded", n=6, s=2, order="natural"), "constant", workload, iterations=3)
+    for rec in res.records:
+        # equal speeds, finish: everyone computes its 3 chunks and sends after each one
+        assert rec["worker_messages"] == [3] * 6
+        assert rec["floats"] == 18 * workload.dim and rec["messages"] == 18
+
+
+def test_abandoning_workers_count_the_share_they_computed(workload):
+    res = simulate(make_scheme("fastest_k", n=8, k=4), "pareto", workload, iterations=20, seed=7,
+                   late_workers="abandon")
+    for rec in res.records:
+        done = np.array(rec["worker_computed"])
+        late = np.setdiff1d(np.arange(8), rec["responders"])
+        assert np.all(done[rec["responders"]] == 1.0)
+        assert np.all((done[late] > 0) & (done[late] < 1.0))   # cut off mid-way: only that share counts
+
+
+def test_partial_coded_is_faster_than_the_plain_cyclic_code():
+    """Timing only, Pareto delays: the exact gradient with partial stragglers' work comes sooner."""
+    mean = {}
+    for name, params in (("partial_coded", {"s": 2, "order": "natural"}),
+                         ("coded", {"code": "cyclic_repetition", "s": 2})):
+        mean[name] = simulate(make_scheme(name, n=8, **params), "pareto", iterations=300, seed=8,
+                              late_workers="abandon").summary["mean_iteration_time"]
+    assert mean["partial_coded"] < mean["coded"]
+
+
+def test_received_messages_are_well_formed(workload):
+    res = simulate(make_scheme("partial_coded", n=5, s=1, group=2), "exponential", workload, iterations=5)
+    for rec in res.records:
+        assert all(len(m) == 2 for m in rec["received"])
+        assert len({tuple(m) for m in rec["received"]}) == len(rec["received"])    # one message per (i, c)
+        assert set(rec["responders"]) == {m[0] for m in rec["received"]}
+
+
+def test_brute_force_enumerates_every_combination():
+    n, s = 3, 1
+    count = sum(1 for _ in itertools.product(*[itertools.permutations(o)
+                                               for o in chunk_order.natural_order(n, s)]))
+    assert count == 2 ** 3
+
+
+def test_partial_work_example_runs_and_partial_coded_beats_the_code():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import partial_work
+
+    rows = {r["scheme"]: r for r in partial_work.time_to_target(0, seeds=(0,), iterations=80)}
+    assert rows["partial_coded s=2 natural"]["mean_iteration"] < rows["coded cyclic_repetition s=2"]["mean_iteration"]
+    w = partial_work.wasted(0, seeds=(0,), iterations=20)
+    assert 0 < w["finish"]["wasted_fraction"] < 1 and 0 < w["abandon"]["wasted_fraction"] < 1
+
+
+@pytest.mark.parametrize("module", ["chunk_order", "partial_coded"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"gradcode.schemes.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
