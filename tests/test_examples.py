@@ -145,3 +145,27 @@ def test_tour_recovers_the_gradient(tmp_path, capsys):
     assert all(r["grad_error"] < 1e-12 for r in coded)
     assert any(r["grad_error"] > 0.01 for r in facts["runs"]["fastest_k k=4"].records)
     assert "decoding weights" in capsys.readouterr().out and (tmp_path / "tour.png").exists()
+
+
+def test_regimes_sweep_spec_is_valid_and_a_reduced_cell_runs(tmp_path):
+    """examples/regimes.toml (the README's "Where codes win"): 5 x 3 cells, every code's s moved together, every
+    cell a valid comparison; a reduced version (two cells, 4 iterations, one seed) runs and ranks the cells."""
+    import copy
+    import csv
+
+    from gradcode.sweep import expand, read_sweep
+    from gradcode.sweep_run import sweep
+
+    raw = read_sweep(EXAMPLES / "regimes.toml")
+    grid = expand(raw)
+    assert len(grid.cells) == 15 and grid.paths == ["delay.extra", "schemes.*.s"]
+    codes = [e for e in grid.cells[-1].spec["schemes"] if "s" in e]
+    assert len(codes) == 3 and {e["s"] for e in codes} == {3}
+    small = copy.deepcopy(raw)
+    small["sweep"] = {"delay.extra": [0.0, 16.0], "schemes.*.s": [2]}
+    small["run"].update(iterations=4, seeds=[0])
+    sweep(small, tmp_path / "out", jobs=1, progress=False)
+    rows = list(csv.DictReader(open(tmp_path / "out" / "sweep.csv")))
+    assert len(rows) == 2 * 9
+    sync = {r["delay.extra"]: float(r["mean_iteration_time"]) for r in rows if r["scheme"] == "sync"}
+    assert sync["16.0"] > sync["0.0"]      # the added delay lengthens sync's iterations

@@ -10,7 +10,8 @@ probability that fewer than ``k`` workers are done by ``t``; for one group ``bin
 - otherwise ``E = integral_0^inf P(T_(k:n) > t) dt`` by quadrature, split at quantiles of the average
   CDF (where ``T_(k:n)``'s Beta(k, n-k+1) mass is), and on the far tail over ``t = q e^s`` (a power-law tail
   becomes an exponential one): fixed Gauss-Legendre rules on those panels, all nodes in one vectorised call, when
-  two rules agree to 1e-9; else adaptive quadrature (``scipy.integrate.quad``). Closed forms (harmonic numbers, Gamma ratios) live on the models as fast paths.
+  two rules agree to 1e-9; else adaptive quadrature (``scipy.integrate.quad``). Closed forms (harmonic numbers,
+  Gamma ratios) live on the models as fast paths.
 
 See ``docs/references.md#order-statistics``.
 """
