@@ -364,7 +364,7 @@ FIGURE_READINGS = {   # figure -> how to read it (one line; the winners of :func
     "loss_vs_time.png": ("Loss against time, one line per scheme (first seed): the line that falls first reaches "
                          "the target first", "time"),
     "iteration_time_cdf.png": ("How long an iteration takes (all seeds pooled): a curve further left is faster, a "
-                               "long right tail is the stragglers", "time"),
+                               "long right tail is the stragglers", None),
     "tradeoff.png": ("Computation against speedup over sync (dotted line: sync's speed): right is faster, lower is "
                      "less work", "computation"),
     "adaptive.png": ("What the adaptive schemes chose at each iteration: k, the load per worker, DropCompute's "

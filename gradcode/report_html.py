@@ -42,9 +42,10 @@ INLINE = re.compile(r"!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)"      # an image
 IMAGE_LINE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<src>[^)\s]+)\)$")
 
 STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 1.5em auto; padding: 0 1em; color: #222; }
 h1 { font-size: 1.6em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ccc; margin-top: 1.6em; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.6em 0; }
+div.wide { overflow-x: auto; }   /* a wide table scrolls, the page does not */
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.6em 0; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
 th { background: #f0f0f0; cursor: pointer; user-select: none; white-space: nowrap; }
 th.asc::after { content: " \\25B2"; } th.desc::after { content: " \\25BC"; }
@@ -116,12 +117,12 @@ def _cells(line: str) -> list[str]:
 def table(lines: list[str], folder: Path) -> str:
     """A Markdown table (header, ``|---|`` line, rows) as a sortable HTML table."""
     head, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
-    out = ['<table class="sortable"><thead><tr>']
+    out = ['<div class="wide"><table class="sortable"><thead><tr>']
     out += [f"<th>{inline(c, folder)}</th>" for c in head]
     out.append("</tr></thead><tbody>")
     for row in rows:
         out.append("<tr>" + "".join(f"<td>{inline(c, folder)}</td>" for c in row) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "\n".join(out)
 
 
