@@ -138,7 +138,7 @@ def lesson_run(say, quick: bool = False) -> dict:
     size = SIZES[quick]
     delay = make_delay("shifted_exponential", a=1.0, mu=1.0)
     wl = make_workload("least_squares", n_samples=size["n_samples"], dim=4, noise=0.1, seed=0)
-    say(f"## 6. A simulated run: delay model shifted_exponential, T_i = load_i * (1 + Exp(1)): time grows with load; "
+    say("## 6. A simulated run: delay model shifted_exponential, T_i = load_i * (1 + Exp(1)): time grows with load; "
         f"{size['iterations']} iterations")
     out = {}
     for label, scheme in [("fastest_k k=4", make_scheme("fastest_k", n=N_WORKERS, k=N_WORKERS - S)),
@@ -161,7 +161,7 @@ def lesson_run(say, quick: bool = False) -> dict:
     # would cost far less time: see examples/tour.ipynb, section 4, and examples/codes_vs_dropping.py.
     ratio = (out["coded cyclic_repetition s=2"].summary["mean_iteration_time"]
              / out["fastest_k k=4"].summary["mean_iteration_time"])
-    say(f"## 7. The lesson: both wait for 4 of 6; fastest-k pays with a noisier gradient, the code with 3x work, "
+    say("## 7. The lesson: both wait for 4 of 6; fastest-k pays with a noisier gradient, the code with 3x work, "
         f"which under a delay model where time grows with load is 3x time (here {ratio:.2f}x fastest-k's mean "
         "iteration time, with the same draws).")
     return out
