@@ -363,7 +363,7 @@ def write_experiment(exp: Experiment, out: Path, source_text: str | None) -> Non
     (out / "experiment.json").write_text(json.dumps(info, indent=2) + "\n")
 
 
-RESULTS = ("summary.csv", "summary.json", "report.md", "plots", "experiment.json", "experiment.toml")
+RESULTS = ("summary.csv", "summary.json", "report.md", "report.html", "plots", "experiment.json", "experiment.toml")
 
 
 def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
@@ -470,5 +470,5 @@ def compare_main(args) -> int:
     info = json.loads((out / "experiment.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {out / 'summary.csv'}, {out / 'summary.json'} and {out / 'report.md'}")
+    print(f"wrote {out / 'summary.csv'}, {out / 'summary.json'}, {out / 'report.md'} and {out / 'report.html'}")
     return 1 if any(n.startswith("run failed") for n in info["notes"]) else 0

@@ -1,4 +1,5 @@
-"""Results of a comparison, rebuilt from the records alone: ``summary.csv``, ``summary.json``, ``report.md``, plots.
+"""Results of a comparison, rebuilt from the records alone: ``summary.csv``, ``summary.json``, ``report.md`` (and
+the same as one page to browse, ``report.html``: :mod:`gradcode.report_html`), plots.
 
 Design
 ------
@@ -47,6 +48,7 @@ import numpy as np
 from .cluster import summarize
 from .errors import ConfigError
 from .numfmt import fmt_ci, fmt_value
+from .report_html import write_html
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
@@ -329,32 +331,72 @@ def table(rows: list[dict[str, Any]], notes: dict[str, str] | None = None) -> li
     return lines + ([""] + footnotes if footnotes else [])
 
 
-def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
-    """Which scheme wins on time, on computation and on communication, per cluster and delay model."""
-    lines = []
+def winners(rows: list[dict[str, Any]], target: float | None) -> dict[tuple[str, str], dict[str, str]]:
+    """Per (cluster, delay): the text naming which scheme wins on time (``"time"``), on computation
+    (``"computation"``) and on communication (``"communication"``); the reading and the figure captions say it."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
     by_setting: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (cluster, delay, scheme), rs in groups(rows).items():
         by_setting.setdefault((cluster, delay), {})[scheme] = rs
-    for (cluster, delay), schemes in by_setting.items():
+    for setting, schemes in by_setting.items():
+        facts = out.setdefault(setting, {})
         time_key = "time_to_target" if target is not None else "mean_iteration_time"
         timed = {s: _group_mean(rs, time_key) for s, rs in schemes.items()}
         timed = {s: v for s, v in timed.items() if v is not None}
-        parts = [f"- **{cluster}, {delay}**:"]
         if timed:
             best = min(timed, key=timed.get)
             speed = _group_mean(schemes[best], "speedup_target" if target is not None else "speedup_iteration")
             what = f"time to loss {target:g}" if target is not None else "mean iteration time"
-            parts.append(f"fastest ({what}): {best} ({cell(schemes[best], time_key)}"
-                         + (f", {fmt_value(speed)}x sync" if speed is not None else "") + ");")
+            facts["time"] = (f"fastest ({what}): {best} ({cell(schemes[best], time_key)}"
+                             + (f", {fmt_value(speed)}x sync" if speed is not None else "") + ")")
         else:
-            parts.append("no scheme reached the target loss in every seed;")
-        for key, what in (("samples_computed", "least computation"), ("bytes", "least communication")):
+            facts["time"] = "no scheme reached the target loss in every seed"
+        for key, what in (("samples_computed", "computation"), ("bytes", "communication")):
             vals = {s: _group_mean(rs, key) for s, rs in schemes.items()}
             vals = {s: v for s, v in vals.items() if v is not None}
             if vals:
                 best = min(vals, key=vals.get)
-                parts.append(f"{what}: {best} ({cell(schemes[best], key)} {key.split('_')[0]});")
-        lines.append(" ".join(parts))
+                facts[what] = f"least {what}: {best} ({cell(schemes[best], key)} {key.split('_')[0]})"
+    return out
+
+
+def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
+    """Which scheme wins on time, on computation and on communication, per cluster and delay model."""
+    return [f"- **{cluster}, {delay}**: " + " ".join(f"{text};" for text in facts.values())
+            for (cluster, delay), facts in winners(rows, target).items()]
+
+
+FIGURE_READINGS = {   # figure -> how to read it (one line; the winners of :func:`winners` follow where they apply)
+    "loss_vs_time.png": ("Loss against time, one line per scheme (first seed): the line that falls first reaches "
+                         "the target first", "time"),
+    "iteration_time_cdf.png": ("How long an iteration takes (all seeds pooled): a curve further left is faster, a "
+                               "long right tail is the stragglers", None),
+    "tradeoff.png": ("Computation against speedup over sync (dotted line: sync's speed): right is faster, lower is "
+                     "less work", "computation"),
+    "adaptive.png": ("What the adaptive schemes chose at each iteration: k, the load per worker, DropCompute's "
+                     "tau", None),
+    "timeline.png": ("Who worked when in the first iterations: green a message used, red the one waited for, grey "
+                     "work thrown away", None),
+}
+
+
+def figure_reading(name: str, rows: list[dict[str, Any]], target: float | None) -> str:
+    """The one-line reading under a figure of the report: how to read it, then who wins on what it shows."""
+    text, fact = FIGURE_READINGS.get(name, (name, None))
+    facts = [f"{cluster}, {delay}: {got[fact]}" for (cluster, delay), got in winners(rows, target).items()
+             if fact is not None and fact in got]
+    return "Reading: " + text + (" (" + "; ".join(facts) + ")" if facts else "") + "."
+
+
+def runs_table(runs: list[RunData]) -> list[str]:
+    """One line per run with links (relative to the results folder) to its records, metadata and spec."""
+    lines = ["| run | scheme | delay | seed | cluster | status | files |", "|---|---|---|---|---|---|---|"]
+    for run in runs:
+        m, where = run.meta, f"runs/{run.meta['run_id']}"
+        files = " ".join(f"[{name}]({where}/{name})" for name in ("records.jsonl", "run.json", "spec.toml")
+                         if (run.folder / name).is_file())
+        lines.append(f"| {m['run_id']} | {m['scheme']} | {m['delay']} | {m['seed']} | {m['cluster']} | "
+                     f"{'complete' if run.complete else 'partial'} | {files} |")
     return lines
 
 
@@ -412,9 +454,11 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     cross = mpi_vs_sim(rows)
     why = next((n for n in info.get("notes", []) if n.startswith("MPI runs skipped")), None)
     out += cross if cross else ["MPI runs are not part of this comparison" + (f" ({why})" if why else "") + "."]
-    drawn = [f"![{p}](plots/{p})" for p in plots] if plots is not None else [
-        "Not drawn (a cell of a sweep); `gradcode report FOLDER` draws them."]
-    out += ["", "## Plots", ""] + drawn + [""]
+    drawn = [line for p in plots for line in (f"![{p}](plots/{p})", figure_reading(p, rows, target), "")] \
+        if plots is not None else ["Not drawn (a cell of a sweep); `gradcode report FOLDER` draws them.", ""]
+    out += ["", "## Plots", ""] + drawn
+    out += ["## Runs", "", "Each run's per-iteration records, its metadata and its spec (paths relative to this "
+            "folder).", ""] + runs_table(runs) + [""]
     out += ["## Definitions", "", _definitions(), ""]
     return "\n".join(out)
 
@@ -443,11 +487,13 @@ def build_report(folder: str | Path, figures: bool = True) -> Path:
     write_summary(folder, rows)
     made = plots.make_all(folder / "plots", runs, rows) if figures else None
     (folder / "report.md").write_text(render(folder, info, runs, rows, made))
+    write_html(folder / "report.md")
     return folder / "report.md"
 
 
 def report_main(args) -> int:
     """``gradcode report FOLDER``."""
     path = build_report(args.folder)
-    print(f"wrote {path}, {path.parent / 'summary.csv'}, {path.parent / 'summary.json'} and plots/")
+    print(f"wrote {path}, {path.with_suffix('.html')}, {path.parent / 'summary.csv'}, "
+          f"{path.parent / 'summary.json'} and plots/")
     return 0

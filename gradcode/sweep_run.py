@@ -31,7 +31,8 @@ Outputs
   has a value (``time_to_target``: ``reached`` says how many seeds reached the target loss). ``wall_seconds`` is
   the cell's wall-clock time, the only column that depends on the machine and the executor.
 - ``sweep.json``: also the spec, the swept paths, the cells (values, folder, wall time) and the notes;
-- ``report.md`` (the grid, :func:`gradcode.regimes.markdown`'s regime map, the figures) and
+- ``report.md`` (the grid, :func:`gradcode.regimes.markdown`'s regime map, the figures, each with a one-line reading),
+  ``report.html`` (the same as one self-contained page, :mod:`gradcode.report_html`) and
   ``regime_map.png`` / ``computation_speedup.png`` (:func:`gradcode.regimes.write_figures`).
 """
 
@@ -52,11 +53,12 @@ from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
 from .outdir import FolderLock, writable_folder
 from .regimes import COMPUTATION, METRICS, REGIME_MAP
+from .report_html import write_html
 
 CELL_DONE = "CELL_COMPLETE"
 AGGREGATE = list(dict.fromkeys([*METRICS, "iterations", "wasted_units"]))   # the means (and _ci) of a row
 WALL = ("wall_seconds",)          # columns that depend on the machine, not on the spec
-RESULTS = ("sweep.csv", "sweep.json", "report.md", REGIME_MAP, COMPUTATION)
+RESULTS = ("sweep.csv", "sweep.json", "report.md", "report.html", REGIME_MAP, COMPUTATION)
 EXECUTORS = ("process", "mpi")
 
 
@@ -349,7 +351,9 @@ def _write_report(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     lines += regimes.markdown(rows, grid.paths) if rows else ["No cell has results yet.", ""]
     if figures:
-        lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]
+        lines += ["## Figures", ""]
+        for f in figures:
+            lines += [f"![{f}]({f})", _figure_reading(f, rows, grid), ""]
     lines += ["## Cells", "", "| cell | " + " | ".join(grid.paths) + " | wall s | report |",
               "|---|" + "---|" * len(grid.paths) + "---|---|"]
     for task, cell in zip(tasks, grid.cells, strict=True):
@@ -358,6 +362,23 @@ def _write_report(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict
                      + f" | {'-' if wall is None else f'{wall:.1f}'} | [cells/{task['index']:03d}/report.md]"
                      f"(cells/{task['index']:03d}/report.md) |")
     (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_html(out / "report.md")
+
+
+FIGURE_READINGS = {REGIME_MAP: "the winner of each cell by time to target (a colour per scheme, its speedup over "
+                               "sync written in the cell; hatched and starred: tied within the 95% CI)",
+                   COMPUTATION: "computation per step against speedup over sync, one point per scheme and cell: "
+                                "right is faster, lower is less work"}
+
+
+def _figure_reading(name: str, rows: list[dict], grid) -> str:
+    """The one-line reading under a sweep figure: how to read it; under the regime map, the regime map's reading."""
+    from . import regimes
+
+    text = "Reading: " + FIGURE_READINGS.get(name, name) + "."
+    if name == REGIME_MAP:
+        text += " " + regimes._reading(regimes.winners(rows, grid.paths), grid.paths, "time_to_target")
+    return text
 
 
 def sweep_main(args) -> int:
@@ -370,5 +391,5 @@ def sweep_main(args) -> int:
     info = json.loads((out / "sweep.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'} and {out / 'report.md'}")
+    print(f"wrote {out / 'sweep.csv'}, {out / 'sweep.json'}, {out / 'report.md'} and {out / 'report.html'}")
     return 0 if info["complete"] else 1

@@ -7,11 +7,14 @@ fails here, not only in a figure.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+import gradcode
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -144,7 +147,53 @@ def test_tour_recovers_the_gradient(tmp_path, capsys):
     coded = facts["runs"]["coded cyclic_repetition s=2"].records
     assert all(r["grad_error"] < 1e-12 for r in coded)
     assert any(r["grad_error"] > 0.01 for r in facts["runs"]["fastest_k k=4"].records)
-    assert "decoding weights" in capsys.readouterr().out and (tmp_path / "tour.png").exists()
+    out = capsys.readouterr().out
+    assert "decoding weights" in out and (tmp_path / "tour.png").exists()
+    assert "shifted_exponential" in out and "time grows with load" in out          # the delay model is named
+    numbers = re.findall(r"^#+ (\d+(?:\.\d+)?)\.? ", out, flags=re.M)
+    assert numbers == sorted(set(numbers), key=lambda x: tuple(map(int, x.split(".")))), numbers   # no repeats
+    assert "Why entries like 11.813" in out and "support (0, 4, 5)" in out
+
+
+def test_tour_quick_does_less_work(tmp_path):
+    full = tour.main(["--out", str(tmp_path / "full")])["runs"]["fastest_k k=4"]
+    quick = tour.main(["--quick", "--out", str(tmp_path / "quick")])["runs"]["fastest_k k=4"]
+    assert len(quick.records) < len(full.records)
+    assert quick.summary["computed"] < full.summary["computed"]
+
+
+def test_tour_timelines_share_one_scale(tmp_path):
+    runs = tour.main(["--quick", "--out", str(tmp_path)])["runs"]
+    fast, coded = runs["fastest_k k=4"].records, runs["coded cyclic_repetition s=2"].records
+    t_end = max(fast[-1]["end"], coded[-1]["end"])
+    width = 60
+
+    def last_column(records):   # the rightmost drawn column of the timeline
+        bars = [line.split("|")[1] for line in tour.timeline(records, t_end, width) if line.startswith("  w")]
+        assert all(len(bar) == width for bar in bars)
+        return max(len(bar.rstrip()) for bar in bars)
+
+    # the code's iterations take ~3x longer (load 3): drawn on one scale its bars run ~3x further right
+    assert last_column(coded) > 2 * last_column(fast)
+    assert last_column(coded) >= width - 1
+
+
+def test_tour_holdings_picture_is_the_support():
+    code = gradcode.make_code("cyclic_repetition", n=tour.N_WORKERS, s=tour.S, seed=0)
+    rows = tour.holdings(code)[1:]
+    for i, row in enumerate(rows):
+        marks = row.split("   ")[1].split()
+        assert tuple(j for j, m in enumerate(marks) if m == "#") == code.support(i)
+
+
+def test_readme_five_lines_run_and_use_the_tours_code(capsys):
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = readme.split("## Five lines")[1].split("```python\n")[1].split("```")[0]
+    assert f'make_code("cyclic_repetition", n={tour.N_WORKERS}, s={tour.S}, seed=0)' in block
+    assert "code.support(" in block
+    exec(compile(block, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert printed[:3] == ["(1,", "2,", "3)"] and float(printed[3]) < 1e-12 and float(printed[4]) < 1e-12
 
 
 def test_regimes_sweep_spec_is_valid_and_a_reduced_cell_runs(tmp_path):
