@@ -428,20 +428,27 @@ class LeastSquares(Workload):
     description: ClassVar[str] = "least squares (1/2N)||Xw - y||^2 on seeded Gaussian data; known optimum"
 
     def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.1, condition: float = 1.0,
-                 seed: int = 0):
+                 seed: int = 0, data: str | None = None, test_fraction: float = 0.0):
         n_samples = check_int("n_samples", n_samples, low=1)
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         condition = check_float("condition", condition, low=1.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
         seed = check_seed(seed)
-        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, condition=condition, seed=seed)
-        rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
-        scales = condition ** (-0.5 * np.linspace(0.0, 1.0, dim))
-        X = rng.standard_normal((n_samples, dim)) * scales
-        self.w_star = rng.standard_normal(dim)
-        y = X @ self.w_star + noise * rng.standard_normal(n_samples)
-        self._setup(X, y, seed=seed, reg=0.0)
+        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, condition=condition, seed=seed, data=data,
+                           test_fraction=test_fraction)
+        if data is not None:       # a user's data: n_samples, dim, noise and condition do not apply
+            X, y = _user_data(self.name, data, "regression")
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
+            scales = condition ** (-0.5 * np.linspace(0.0, 1.0, dim))
+            X = rng.standard_normal((n_samples, dim)) * scales
+            self.w_star = rng.standard_normal(dim)
+            y = X @ self.w_star + noise * rng.standard_normal(n_samples)
+        self._setup(X, y, seed=seed, reg=0.0, test_fraction=test_fraction)
         self.lr = 1.0 / self._gram_max_eig()
+        if _sparse(self.X):
+            return                 # no optimum computed for sparse data (optimal_loss stays None)
         import scipy.linalg
 
         # minimum-norm least-squares solution by pivoted QR (several times faster than the SVD at d = 1000)
@@ -481,19 +488,24 @@ class Logistic(Workload):
     task: ClassVar[str] = "binary"
 
     def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.5, reg: float = 1e-4,
-                 seed: int = 0):
+                 seed: int = 0, data: str | None = None, test_fraction: float = 0.0):
         n_samples = check_int("n_samples", n_samples, low=1)
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         reg = check_float("reg", reg, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
         seed = check_seed(seed)
-        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, reg=reg, seed=seed)
-        rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
-        X = rng.standard_normal((n_samples, dim))
-        self.w_star = rng.standard_normal(dim)
-        margin = X @ self.w_star + noise * np.linalg.norm(self.w_star) * rng.standard_normal(n_samples)
-        y = (margin > 0).astype(np.float64)
-        self._setup(X, y, seed=seed, reg=reg)
+        self.params = dict(n_samples=n_samples, dim=dim, noise=noise, reg=reg, seed=seed, data=data,
+                           test_fraction=test_fraction)
+        if data is not None:       # a user's data, labels {0, 1} or {-1, +1}: n_samples, dim, noise do not apply
+            X, y = _user_data(self.name, data, "binary")
+        else:
+            rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
+            X = rng.standard_normal((n_samples, dim))
+            self.w_star = rng.standard_normal(dim)
+            margin = X @ self.w_star + noise * np.linalg.norm(self.w_star) * rng.standard_normal(n_samples)
+            y = (margin > 0).astype(np.float64)
+        self._setup(X, y, seed=seed, reg=reg, test_fraction=test_fraction)
         self.lr = 1.0 / (self._gram_max_eig() / 4.0 + reg)
 
     def _residual(self, Z, y):
@@ -533,20 +545,16 @@ class SoftmaxDigits(Workload):
     n_classes: ClassVar[int] = 10
     task: ClassVar[str] = "multiclass"
 
-    def __init__(self, reg: float = 1e-4, seed: int = 0):
+    def __init__(self, reg: float = 1e-4, seed: int = 0, data: str | None = None, test_fraction: float = 0.0):
         reg = check_float("reg", reg, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
         seed = check_seed(seed)
-        self.params = dict(reg=reg, seed=seed)
-        try:
-            from sklearn.datasets import load_digits
-        except ImportError:
-            raise ConfigError(
-                "the softmax_digits workload needs scikit-learn for its bundled digits data: "
-                "pip install gradcode[data]"
-            ) from None
-        digits = load_digits()
-        X = np.hstack([digits.data / 16.0, np.ones((digits.data.shape[0], 1))])
-        self._setup(X, digits.target.astype(np.int64), seed=seed, reg=reg)
+        self.params = dict(reg=reg, seed=seed, data=data, test_fraction=test_fraction)
+        X, y = _digits(self.name) if data is None else _user_data(self.name, data, "multiclass")
+        self.n_classes = int(y.max()) + 1           # 10 for the digits; a data file's largest label + 1
+        ones = np.ones((X.shape[0], 1))
+        X = scipy.sparse.hstack([X, ones], format="csr") if _sparse(X) else np.hstack([X, ones])
+        self._setup(X, y, seed=seed, reg=reg, test_fraction=test_fraction)
         self.lr = 1.0 / (self._gram_max_eig() / 2.0 + reg)
 
     def _residual(self, Z, y):
