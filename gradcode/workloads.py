@@ -150,6 +150,9 @@ class Workload:
       ``g_j`` must be a pure function of ``(w, t, j, n_parts, batch)``: every worker holding partition ``j`` must send
       the same ``g_j``, or a gradient code no longer decodes the exact sum.
     - ``loss(w) -> float``: ``F(w)`` on the whole data (the records' ``loss``, ``[run] target_loss``).
+    - optional: ``X_test`` (not None) and ``heldout(w) -> dict`` (``test_loss``, ``test_accuracy``, ``test_auc``):
+      the records' held-out metrics every ``[run] eval_every`` iterations; the built-in :meth:`heldout` uses
+      :meth:`scores` and ``_sample_loss`` on ``X_test``, ``y_test``.
 
     A subclass may use :meth:`partition_bounds` (``n_parts`` contiguous partitions of ``range(n_samples)``, the first
     ``N mod n_parts`` one sample longer) once ``n_samples`` is set. ``name`` and ``description`` are shown by
