@@ -180,9 +180,18 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     delays = _delays(raw)
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays)
-    build(spec)   # construct everything once: every error is raised now, before any work
+    workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
+    _check_heldout(spec.run, workload)
     _check_other_delays(spec)
     return spec
+
+
+def _check_heldout(run: dict, workload) -> None:
+    """``target_accuracy`` and ``eval_every`` need held-out samples: say so rather than never report them."""
+    asked = [k for k in ("target_accuracy", "eval_every") if k in run]
+    if asked and getattr(workload, "X_test", None) is None:
+        raise ConfigError(f"[run] {', '.join(asked)}: the workload holds out no samples; set [workload] "
+                          "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
 
 
 def _delays(raw: dict) -> list[dict]:

@@ -90,7 +90,8 @@ def test_optimizer_rejects_bad_settings():
 def test_spec_checks_the_training_keys():
     from gradcode.spec import load_spec, training_kwargs
 
-    base = {"cluster": {"workers": 2}, "workload": {"name": "least_squares", "n_samples": 20, "dim": 2},
+    base = {"cluster": {"workers": 2},
+            "workload": {"name": "least_squares", "n_samples": 20, "dim": 2, "test_fraction": 0.25},
             "delay": {"name": "constant"}, "scheme": {"name": "sync"}}
     spec = load_spec({**base, "run": {"optimizer": "nesterov", "momentum": 0.5, "eval_every": 3,
                                       "target_accuracy": 0.9}})
@@ -100,6 +101,11 @@ def test_spec_checks_the_training_keys():
         load_spec({**base, "run": {"optimizer": "adagrad"}})
     with pytest.raises(ConfigError, match=r"\[run\].*eval_every"):
         load_spec({**base, "run": {"eval_every": 0}})
+    with pytest.raises(ConfigError, match="test_fraction"):          # nothing held out: nothing to evaluate
+        load_spec({**base, "workload": {"name": "least_squares", "n_samples": 20, "dim": 2},
+                   "run": {"target_accuracy": 0.9}})
+    with pytest.raises(ConfigError, match=r"\[workload\].*does not exist"):
+        load_spec({**base, "workload": {"name": "logistic", "data": "no/such/file.csv"}})
 
 
 # --- held-out evaluation ----------------------------------------------------------------------------------------
