@@ -125,7 +125,7 @@ def _simulate(args) -> int:
     from .errors import ConfigError
     from .outdir import FolderLock, writable_folder
     from .sim import simulate
-    from .spec import build, load_spec, run_kwargs
+    from .spec import build, load_spec, run_kwargs, training_kwargs
 
     spec = load_spec(args.spec)
     if args.workers is not None:
@@ -144,7 +144,7 @@ def _simulate(args) -> int:
         print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
-    kwargs = run_kwargs(spec)
+    kwargs = {**run_kwargs(spec), **training_kwargs(spec)}
     out = writable_folder(args.out)     # checked before the simulation, not after it
     with FolderLock(out):
         (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")

@@ -23,7 +23,10 @@ from typing import Any
 import numpy as np
 
 from .errors import GradcodeError
+from .optim import Optimizer
 from .schemes._base import Combined, Plan, Schedule, Scheme
+
+HELDOUT_KEYS = ("test_loss", "test_accuracy", "test_auc")   # a record's held-out metrics (``Workload.heldout``)
 
 
 class SimulationError(GradcodeError):
@@ -380,8 +383,11 @@ def write_summary(folder: str | Path, summary: dict[str, Any]) -> Path:
     return path
 
 
-def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None) -> dict[str, Any]:
-    """Aggregate a run's records (never recomputes what the cluster measured)."""
+def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None,
+              target_accuracy: float | None = None) -> dict[str, Any]:
+    """Aggregate a run's records (never recomputes what the cluster measured). ``time_to_target``: the ``end`` of
+    the first record whose loss reaches ``target_loss``; ``time_to_target_accuracy``: of the first whose held-out
+    ``test_accuracy`` reaches ``target_accuracy`` (None if never)."""
     if not records:
         return {"iterations": 0}
     durations = np.array([r["end"] - r["start"] for r in records])
@@ -410,6 +416,14 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
         summary["target_loss"] = target_loss
         summary["time_to_target"] = hit
+    tested = [r for r in records if r.get("test_accuracy") is not None or r.get("test_loss") is not None]
+    if tested:
+        summary.update({f"final_{k}": tested[-1].get(k) for k in HELDOUT_KEYS})
+    if target_accuracy is not None:
+        hit = next((r["end"] for r in tested if r.get("test_accuracy") is not None
+                    and r["test_accuracy"] >= target_accuracy), None)
+        summary["target_accuracy"] = target_accuracy
+        summary["time_to_target_accuracy"] = hit
     return summary
 
 
@@ -446,13 +460,18 @@ class Driver:
     recording = True
 
     def __init__(self, scheme: Scheme, workload, *, iterations: int, lr: float | None = None, loss_every: int = 1,
-                 target_loss: float | None = None, time_budget: float | None = None):
+                 target_loss: float | None = None, time_budget: float | None = None, optimizer: str = "sgd",
+                 momentum: float = 0.9, eval_every: int | None = None, target_accuracy: float | None = None):
         self.scheme, self.workload = scheme, workload
         self.n = scheme.n
         self.iterations, self.loss_every = iterations, loss_every
+        self.eval_every = loss_every if eval_every is None else eval_every
         self.target_loss, self.time_budget = target_loss, time_budget
+        self.target_accuracy = target_accuracy
         self.lr = default_lr(lr, workload)
+        self.optimizer = Optimizer(optimizer, momentum)
         self.w = None if workload is None else np.array(workload.init_params(), dtype=float)
+        self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
         self.policy = StopPolicy(scheme)
         self.records: list[dict[str, Any]] = []
 
@@ -480,7 +499,7 @@ class Driver:
         """A finished record leaves the loop (to a file, a callback, ...)."""
 
     def summary(self) -> dict[str, Any]:
-        summary = summarize(self.records, target_loss=self.target_loss)
+        summary = summarize(self.records, target_loss=self.target_loss, target_accuracy=self.target_accuracy)
         if self.records:
             summary.update(self.summary_extras())
         return summary
@@ -502,7 +521,7 @@ class Driver:
                         worker_computed: np.ndarray | None = None, **measured) -> dict[str, Any] | None:
         """After a master iteration: update, adapt, evaluate, and the record. ``computed`` is the load the workers
         took up (``messages`` plans); what the responders did not carry was ``wasted``."""
-        loss, grad_error = self._update(t, plan, combined, truth)
+        loss, grad_error, metrics = self._update(t, plan, combined, truth)
         if combined is not None:
             self.scheme.adapt(t, combined, elapsed=end - start)
         if not self.recording:
@@ -515,16 +534,18 @@ class Driver:
         if self.w is not None:   # per worker only where n is small enough to list (a training run)
             measured.update(work_fields(worker_computed, used_w, None, self.scheme.message_size(self.w.size)))
         used = float(used_w.sum())
-        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
-                            messages=messages, computed=computed, wasted=computed - used, combined=combined,
-                            loss=loss, grad_error=grad_error, measured={"used": used, **measured},
-                            as_lists=self.w is not None)
+        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
+                           messages=messages, computed=computed, wasted=computed - used, combined=combined,
+                           loss=loss, grad_error=grad_error, measured={"used": used, **measured},
+                           as_lists=self.w is not None)
+        rec.update(metrics)
+        return rec
 
     def conclude_stream(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, stream: Stream,
                         combined: Combined | None, truth: np.ndarray | None = None, **measured):
         """After a streamed master iteration: as :meth:`conclude_gather`, with the work counted chunk by chunk
         (``worker_computed``, ``worker_used``) and the messages each worker sent (``worker_messages``, ``floats``)."""
-        loss, grad_error = self._update(t, plan, combined, truth)
+        loss, grad_error, metrics = self._update(t, plan, combined, truth)
         if combined is not None:
             self.scheme.adapt(t, combined, elapsed=end - start)
         if not self.recording:
@@ -536,47 +557,63 @@ class Driver:
             fields = {}
         responders = list(dict.fromkeys(i for i, _ in stream.received))
         computed, used = float(computed_w.sum()), float(used_w.sum())
-        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
-                            messages=int(stream.sent.sum()), computed=computed, wasted=computed - used,
-                            combined=combined, loss=loss, grad_error=grad_error,
-                            measured={"used": used, "received": [list(m) for m in stream.received], **fields,
-                                      **measured}, as_lists=self.w is not None)
+        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
+                           messages=int(stream.sent.sum()), computed=computed, wasted=computed - used,
+                           combined=combined, loss=loss, grad_error=grad_error,
+                           measured={"used": used, "received": [list(m) for m in stream.received], **fields,
+                                     **measured}, as_lists=self.w is not None)
+        rec.update(metrics)
+        return rec
 
     def conclude_all_reduce(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float,
                             schedule: Schedule, micro: np.ndarray, combined: Combined | None,
                             truth: np.ndarray | None = None, **measured) -> dict[str, Any] | None:
         """After a decentralized step: update, observe, evaluate, and the record (every worker responds; its load
         is what it kept, ``drop_rate`` the share of chunks dropped)."""
-        loss, grad_error = self._update(t, plan, combined, truth)
+        loss, grad_error, metrics = self._update(t, plan, combined, truth)
         self.scheme.observe(t, micro, schedule.comm_time)
         if not self.recording:
             return None
         units = schedule.units(plan.load)
         if self.w is not None:
             measured.update(work_fields(units, units, None, 0))
-        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
-                            load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
-                            loss=loss, grad_error=grad_error,
-                            measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
-                            as_lists=self.w is not None)
+        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
+                           load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
+                           loss=loss, grad_error=grad_error,
+                           measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
+                           as_lists=self.w is not None)
+        rec.update(metrics)
+        return rec
 
     def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):
-        """``w -= lr * g``; returns ``(loss, grad_error)`` (None, None in a timing-only run)."""
+        """The optimizer's step ``w -= lr * s`` (:mod:`gradcode.optim`; ``s = g`` for plain gradient descent);
+        returns ``(loss, grad_error, held-out metrics)`` ((None, None, {}) in a timing-only run)."""
         if combined is None:
-            return None, None
+            return None, None, {}
         g = combined.gradient
-        result = self.evaluate(t, plan, g, truth)
-        self.w -= self.lr * g     # in place: no new model-sized array per iteration
+        step = self.optimizer.direction(g)
+        result = self.evaluate(t, plan, g, truth, step)
+        self.w -= self.lr * step     # in place: no new model-sized array per iteration
         return result
 
-    def evaluate(self, t: int, plan: Plan, g: np.ndarray, truth: np.ndarray | None):
-        """``(loss after the update, relative error of g)``: the loss on evaluation iterations
+    def evaluate(self, t: int, plan: Plan, g: np.ndarray, truth: np.ndarray | None, step: np.ndarray | None = None):
+        """``(loss after the update, relative error of g, held-out metrics)``: the loss on evaluation iterations
         (:func:`evaluates_loss`); the gradient error whenever the cluster had the full gradient ``truth`` for free,
-        else on evaluation iterations (it costs a gradient over all partitions)."""
+        else on evaluation iterations (it costs a gradient over all partitions); the held-out metrics
+        (``test_loss``, ``test_accuracy``, ``test_auc``: ``Workload.heldout``) every ``eval_every`` iterations and
+        the last, None in between, absent if the workload holds out nothing. A cluster keeps this off its clock."""
         if not self.recording:
-            return None, None
+            return None, None, {}
+        step = g if step is None else step
         with_loss = evaluates_loss(t, self.iterations, self.loss_every)
         if truth is None and with_loss:
             truth = self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch).sum(axis=0)
         grad_error = None if truth is None else relative_error(g, truth)
-        return (float(self.workload.loss(self.w - self.lr * g)) if with_loss else None), grad_error
+        with_test = self.heldout and evaluates_loss(t, self.iterations, self.eval_every)
+        after = self.w - self.lr * step if with_loss or with_test else None
+        metrics = {}
+        if self.heldout:
+            metrics = dict.fromkeys(HELDOUT_KEYS)
+            if with_test:
+                metrics.update(self.workload.heldout(after))
+        return (float(self.workload.loss(after)) if with_loss else None), grad_error, metrics

@@ -53,7 +53,7 @@ from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
 from .outdir import LOCK_NAME, FolderLock, writable_folder
 from .registry import pythonpath
-from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs
+from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
 
 QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
 MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
@@ -225,6 +225,7 @@ def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: l
     meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
             "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,
             "workers": spec.workers, "target_loss": run.get("target_loss"), "time_scale": run.get("time_scale"),
+            "target_accuracy": run.get("target_accuracy"),
             **units, "fingerprint": fingerprint(single)}
     return RunPlan(run_id=run_id, spec=single, meta=meta)
 
@@ -311,7 +312,8 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
     (scheme,), delay, workload = build(spec)
     # records reach the disk as they are made, so a run cut short keeps its finished iterations
     with RecordWriter(folder / "records.jsonl") as writer:
-        result = sim.simulate(scheme, delay, workload, on_record=writer.write, **run_kwargs(spec))
+        result = sim.simulate(scheme, delay, workload, on_record=writer.write, **run_kwargs(spec),
+                              **training_kwargs(spec))
     write_summary(folder, result.summary)
     return len(result.records)
 

@@ -308,6 +308,7 @@ WORKLOADS = Registry("workload", "gradcode.workloads:Workload", {
     "least_squares": "gradcode.workloads:LeastSquares",
     "logistic": "gradcode.workloads:Logistic",
     "softmax_digits": "gradcode.workloads:SoftmaxDigits",
+    "mlp": "gradcode.workloads:MLP",
 }, group="gradcode.workloads")
 
 KINDS = {"code": CODES, "scheme": SCHEMES, "delay": DELAYS, "workload": WORKLOADS}

@@ -17,7 +17,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
 - ``mean/p50/p95_iteration_time``, ``total_time``, ``ideal_total_time`` (the time the delays imply, summed),
   ``overhead_ratio = total_time / ideal_total_time`` (1 on the simulator; MPI: runtime overhead);
 - ``time_to_target`` (end of the first iteration whose loss reaches ``[run] target_loss``; empty if never),
-  ``final_loss``;
+  ``final_loss``; ``time_to_accuracy`` (end of the first iteration whose held-out ``test_accuracy`` reaches
+  ``[run] target_accuracy``; empty if never or not set) and ``final_test_accuracy`` (the last one evaluated);
 - ``computed_units`` / ``wasted_units``: load units computed by every worker that started, including the late
   workers whose work was discarded (``wasted``); ``samples_computed`` / ``samples_wasted`` = units x samples per
   unit (``[run] batch`` or the scheme's ``batch``, adaptive_k_load's ``max_batch``; the partition size
@@ -52,11 +53,12 @@ from .report_html import write_html
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
-           "time_to_target", "final_loss", "computed_units", "wasted_units", "wasted_fraction", "samples_computed",
-           "samples_wasted", "messages", "bytes", "mean_residual", "fallback_decodes", "speedup_iteration",
-           "speedup_target", "scheme_name", "run_id"]
+           "time_to_target", "final_loss", "time_to_accuracy", "final_test_accuracy", "computed_units",
+           "wasted_units", "wasted_fraction", "samples_computed", "samples_wasted", "messages", "bytes",
+           "mean_residual", "fallback_decodes", "speedup_iteration", "speedup_target", "scheme_name", "run_id"]
 AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
               ("time_to_target", "time to target"), ("final_loss", "final loss"),
+              ("time_to_accuracy", "time to accuracy"), ("final_test_accuracy", "test accuracy"),
               ("samples_computed", "samples computed"), ("wasted_fraction", "wasted"), ("bytes", "bytes sent"),
               ("mean_residual", "residual"),
               ("speedup_iteration", "speedup/it."), ("speedup_target", "speedup to target")]
@@ -204,7 +206,7 @@ def _experiment(folder: Path) -> dict[str, Any]:
 def run_row(run: RunData) -> dict[str, Any]:
     """One summary row from a run's records (see the module docstring for the fields)."""
     meta, recs = run.meta, run.records
-    s = summarize(recs, target_loss=meta.get("target_loss"))
+    s = summarize(recs, target_loss=meta.get("target_loss"), target_accuracy=meta.get("target_accuracy"))
     per_unit, floats = meta.get("samples_per_unit"), meta.get("message_floats")
     ideal = s["ideal_total_time"]
     return {
@@ -214,6 +216,7 @@ def run_row(run: RunData) -> dict[str, Any]:
         "p95_iteration_time": s["p95_iteration_time"], "total_time": s["total_time"], "ideal_total_time": ideal,
         "overhead_ratio": s["overhead_ratio"],
         "time_to_target": s.get("time_to_target"), "final_loss": s["final_loss"],
+        "time_to_accuracy": s.get("time_to_target_accuracy"), "final_test_accuracy": s.get("final_test_accuracy"),
         "computed_units": s["computed"], "wasted_units": s["wasted"], "wasted_fraction": s["wasted_fraction"],
         "samples_computed": None if per_unit is None else s["computed"] * per_unit,
         "samples_wasted": None if per_unit is None else s["wasted"] * per_unit,

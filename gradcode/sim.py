@@ -87,9 +87,11 @@ LATE_WORKERS = ("finish", "abandon")
 
 def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, seed: int = 0, lr: float | None = None,
              target_loss: float | None = None, time_budget: float | None = None, late_workers: str = "finish",
-             loss_every: int = 1, progress: bool = False, on_record=None) -> SimResult:
+             loss_every: int = 1, progress: bool = False, on_record=None, **training) -> SimResult:
     """Run ``scheme`` under ``delay`` on ``workload`` (``None``: timing only) for ``iterations`` iterations, or until
-    the loss reaches ``target_loss`` or the virtual time ``time_budget`` is spent.
+    the loss reaches ``target_loss`` or the virtual time ``time_budget`` is spent. ``training``: the optimizer and
+    the held-out evaluation (``optimizer``, ``momentum``, ``eval_every``, ``target_accuracy``; see
+    :class:`gradcode.cluster.Driver`).
 
     ``on_record(record)`` is called after every iteration (the harness flushes records to disk with it).
     """
@@ -120,7 +122,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
         return SimResult(records, summarize(records), params=None)
     cluster = SimulatedCluster(scheme, delay, workload, seed=seed, late_workers=late_workers, on_record=on_record,
                                progress=progress, iterations=iterations, lr=lr, loss_every=loss_every,
-                               target_loss=target_loss, time_budget=time_budget)
+                               target_loss=target_loss, time_budget=time_budget, **training)
     records = cluster.run()
     cluster.close()
     return SimResult(records, cluster.summary(), params=cluster.w)

@@ -64,7 +64,14 @@ _RUN = {
     "startup_timeout": ("MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
                         ("float", 0.0, True)),
     "batch": ("samples per partition mini-batch (default: whole partition)", ("int", 1, False)),
+    "optimizer": ("the update: 'sgd' (default), 'momentum' or 'nesterov' (gradcode.optim)", None),
+    "momentum": ("momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", ("float", 0.0, False)),
+    "eval_every": ("held-out metrics every this many iterations and the last (default: loss_every)",
+                   ("int", 1, False)),
+    "target_accuracy": ("report the time to this held-out accuracy (time_to_target_accuracy)",
+                        ("float", 0.0, False)),
 }
+TRAINING_KEYS = ("optimizer", "momentum", "eval_every", "target_accuracy")   # passed on to the cluster's Driver
 RUN_KEYS = {key: meaning for key, (meaning, _) in _RUN.items()}
 RUN_NUMBERS = {key: rule for key, (_, rule) in _RUN.items() if rule is not None}
 CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",
@@ -173,9 +180,18 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     delays = _delays(raw)
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays)
-    build(spec)   # construct everything once: every error is raised now, before any work
+    workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
+    _check_heldout(spec.run, workload)
     _check_other_delays(spec)
     return spec
+
+
+def _check_heldout(run: dict, workload) -> None:
+    """``target_accuracy`` and ``eval_every`` need held-out samples: say so rather than never report them."""
+    asked = [k for k in ("target_accuracy", "eval_every") if k in run]
+    if asked and getattr(workload, "X_test", None) is None:
+        raise ConfigError(f"[run] {', '.join(asked)}: the workload holds out no samples; set [workload] "
+                          "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
 
 
 def _delays(raw: dict) -> list[dict]:
@@ -220,6 +236,10 @@ def check_run(run: dict) -> None:
                 check_int(key, run[key], low=low)
             else:
                 check_float(key, run[key], low=low, low_open=low_open)
+        if "optimizer" in run or "momentum" in run:
+            from .optim import Optimizer
+
+            Optimizer(run.get("optimizer", "sgd"), run.get("momentum", 0.9))
     except ConfigError as err:
         raise ConfigError(f"[run] {err}") from None
     if "seeds" in run:
@@ -304,6 +324,12 @@ def _takes_run_batch(cls) -> bool:
     from ._params import accepted_params
 
     return "batch" in accepted_params(cls)
+
+
+def training_kwargs(spec: Spec) -> dict[str, Any]:
+    """The [run] keys of the optimizer and of the held-out evaluation that a spec sets (:data:`TRAINING_KEYS`):
+    keyword arguments of :class:`gradcode.cluster.Driver`, which both clusters run."""
+    return {k: spec.run[k] for k in TRAINING_KEYS if k in spec.run}
 
 
 def run_kwargs(spec: Spec) -> dict[str, Any]:

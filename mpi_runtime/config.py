@@ -12,12 +12,12 @@ rank builds the same scheme, delay model and workload.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gradcode.errors import ConfigError, check_float, check_int
-from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs
+from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs, training_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
 DEFAULT_GRACE = 10.0        # seconds
@@ -41,6 +41,7 @@ class RunConfig:
     grace: float
     startup_timeout: float = DEFAULT_STARTUP
     late_workers: str = "finish"
+    training: dict[str, Any] = field(default_factory=dict)   # optimizer, momentum, eval_every, target_accuracy
 
     @property
     def workers(self) -> int:
@@ -49,7 +50,7 @@ class RunConfig:
     def run_kwargs(self) -> dict[str, Any]:
         """The loop's parameters for :class:`gradcode.cluster.Driver` (the simulator's, the same rules)."""
         return {"iterations": self.iterations, "lr": self.lr, "loss_every": self.loss_every,
-                "target_loss": self.target_loss, "time_budget": self.time_budget}
+                "target_loss": self.target_loss, "time_budget": self.time_budget, **self.training}
 
     def summary_fields(self, unresponsive: list[int], error: str | None) -> dict[str, Any]:
         """What every MPI run adds to its summary: the cluster, the time unit, workers aborted, the error if any."""
@@ -102,4 +103,5 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         target_loss=kwargs.get("target_loss"),
         time_budget=kwargs.get("time_budget"),
         time_scale=time_scale, grace=grace, startup_timeout=startup, late_workers=late,
+        training=training_kwargs(spec),
     )

@@ -292,7 +292,7 @@ def test_describe_one_of_each_kind(mod):
     assert "code  (required)" in coded and "any other key: passed on to the code" in coded
     assert "--kind code" in coded
     wl = describe("least_squares")[0]
-    assert [p.name for p in wl.params] == ["n_samples", "dim", "noise", "condition", "seed"]
+    assert [p.name for p in wl.params] == ["n_samples", "dim", "noise", "condition", "seed", "data", "test_fraction"]
     user = describe(f"{mod}:FirstHalf")[0]
     assert user.kind == "scheme" and user.summary == "wait for the first n // 2 workers"
     assert user.doc == "Wait for the first half of the workers and average them."   # the first paragraph only
@@ -321,7 +321,7 @@ def test_cli_describe_and_list(mod, capsys):
     assert main(["list", "--params"]) == 0
     out = capsys.readouterr().out
     for line in ("      alpha=1.3, t_m=1.0, comm=0.0, comm_dist='constant'", "      k, batch=None",
-                 "      n_samples=2000, dim=20, noise=0.1, condition=1.0, seed=0"):
+                 "      n_samples=2000, dim=20, noise=0.1, condition=1.0, seed=0, data=None, test_fraction=0.0"):
         assert line in out.splitlines()
     assert "any other key: passed on to the code" in out
     assert main(["list"]) == 0

@@ -18,6 +18,7 @@ SMALL = {
     "least_squares": dict(n_samples=103, dim=6, noise=0.3, condition=10.0, seed=3),
     "logistic": dict(n_samples=97, dim=5, reg=1e-2, seed=4),
     "softmax_digits": dict(reg=1e-2, seed=5),
+    "mlp": dict(hidden=[8, 5], activation="tanh", reg=1e-2, seed=6),
 }
 
 
@@ -93,6 +94,13 @@ def _manual_minibatch(wk: Workload, w, idx_row, size):
         g = Xb.T @ (Xb @ w - yb) / b
     elif wk.name == "logistic":
         g = Xb.T @ (1 / (1 + np.exp(-(Xb @ w))) - yb) / b
+    elif wk.name == "mlp":      # central differences of the batch's mean loss (independent of backpropagation)
+        def batch_loss(v):
+            Z = wk.scores(v, Xb)
+            zmax = Z.max(axis=1)
+            return np.mean(zmax + np.log(np.exp(Z - zmax[:, None]).sum(axis=1)) - Z[np.arange(b), yb])
+        h, eye = 1e-6, np.eye(len(w))
+        g = np.array([(batch_loss(w + h * e) - batch_loss(w - h * e)) / (2 * h) for e in eye])
     else:
         W = w.reshape(10, -1)
         Z = Xb @ W.T
@@ -111,9 +119,9 @@ def test_minibatch_matches_direct_formula(workload, batch):
     idx = workload.batch_indices(11, parts, n_parts, batch)
     sizes = workload.partition_sizes(n_parts)
     G = workload.gradients(w, 11, parts, n_parts, batch=batch)
+    tol = dict(rtol=1e-5, atol=1e-9) if workload.name == "mlp" else dict(rtol=1e-10, atol=1e-13)  # mlp: by differences
     for row, j in enumerate(parts):
-        np.testing.assert_allclose(G[row], _manual_minibatch(workload, w, idx[row], sizes[j]),
-                                   rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(G[row], _manual_minibatch(workload, w, idx[row], sizes[j]), **tol)
 
 
 def test_batch_at_least_partition_size_without_replacement_is_full_batch():
@@ -349,7 +357,7 @@ def test_gradients_performance():
 # --- registry and validation --------------------------------------------------------------------------------
 def test_registry_and_make_workload_forms():
     names = list_workloads()
-    assert set(names) == {"least_squares", "logistic", "softmax_digits"}
+    assert set(names) == {"least_squares", "logistic", "softmax_digits", "mlp"}
     assert all(isinstance(v, str) and v for v in names.values())
     a = make_workload({"name": "least_squares", "dim": 3, "n_samples": 30})
     assert a.dim == 3 and a.n_samples == 30
