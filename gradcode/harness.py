@@ -51,7 +51,7 @@ import tomli_w
 from .children import run_child
 from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
-from .outdir import LOCK_NAME, FolderLock, writable_folder
+from .outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder
 from .registry import pythonpath
 from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
 
@@ -380,14 +380,8 @@ def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
         raise ConfigError(f"{out} holds another experiment ({other}); give another --out folder, or --replace to "
                           "delete its results and run this experiment there")
     keep = {r.run_id for r in exp.runs}
-    runs_dir = out / "runs"
-    for folder in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
-        if folder.is_dir() and folder.name not in keep:
-            with FolderLock(folder):      # never delete what a live process is writing
-                shutil.rmtree(folder)
-    for name in RESULTS:
-        path = out / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    remove_folders(out / "runs", keep.__contains__)
+    remove_results(out, RESULTS)
 
 
 def _other_experiment(out: Path, exp: Experiment) -> str | None:

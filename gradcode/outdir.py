@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -121,3 +122,19 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def remove_results(folder: Path, names) -> None:
+    """Delete the files or folders ``names`` of ``folder`` that exist (a results folder being replaced)."""
+    for name in names:
+        path = folder / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def remove_folders(parent: Path, keep) -> None:
+    """Delete every sub-folder of ``parent`` whose name ``keep(name)`` rejects, each under its :class:`FolderLock`
+    (never what a live process is writing)."""
+    for folder in sorted(parent.iterdir()) if parent.is_dir() else []:
+        if folder.is_dir() and not keep(folder.name):
+            with FolderLock(folder):
+                shutil.rmtree(folder)

@@ -42,7 +42,6 @@ import csv
 import io
 import json
 import os
-import shutil
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -51,7 +50,7 @@ from typing import Any
 
 from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
-from .outdir import FolderLock, writable_folder
+from .outdir import FolderLock, remove_folders, remove_results, writable_folder
 from .regimes import COMPUTATION, METRICS, REGIME_MAP
 from .report_html import write_html
 
@@ -229,18 +228,12 @@ def _claim(out: Path, raw: dict, cells: int, replace: bool) -> None:
     if not replace:
         raise ConfigError(f"{out} holds {other}; give another --out folder, or --replace to delete its results and "
                           "run this sweep there")
-    for name in RESULTS:
-        (out / name).unlink(missing_ok=True)
-    for folder in sorted((out / "cells").iterdir()) if (out / "cells").is_dir() else []:
-        if folder.is_dir() and not (folder.name.isdigit() and int(folder.name) < cells):
-            with FolderLock(folder):
-                shutil.rmtree(folder)
+    remove_results(out, RESULTS)
+    remove_folders(out / "cells", lambda name: name.isdigit() and int(name) < cells)
     if (out / "experiment.json").is_file() or (out / "runs").is_dir():     # a comparison's folder
         from .harness import RESULTS as COMPARE_RESULTS
 
-        for name in (*COMPARE_RESULTS, "runs"):
-            path = out / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        remove_results(out, (*COMPARE_RESULTS, "runs"))
 
 
 def _other(out: Path, raw: dict) -> str | None:

@@ -321,15 +321,10 @@ class Workload:
         module docstring. Row ``i`` belongs to ``parts[i]``; repeated parts give identical rows.
         """
         W = self._matrix(w)
-        t = check_int("t", t, low=0)
-        bounds = self.partition_bounds(n_parts)
-        parts = self._check_parts(parts, n_parts)
-        if batch is not None:
-            batch = check_int("batch", batch, low=1)
+        t, parts, bounds, batch, sizes = self._gradient_args(t, parts, n_parts, batch)
         m = len(parts)
         if m == 0:
             return np.zeros((0, self.dim))
-        sizes = (bounds[parts + 1] - bounds[parts]).astype(np.float64)
         if batch is None:
             G = self._full_batch_sums(W, parts, bounds) * (1.0 / self.n_samples)
         else:
@@ -350,6 +345,16 @@ class Workload:
         return G
 
     # --- internals ------------------------------------------------------------------------------------------
+    def _gradient_args(self, t, parts, n_parts: int, batch):
+        """:meth:`gradients`' arguments checked: ``(t, parts, bounds, batch, sizes)`` with ``sizes[i] = |P_j|`` of
+        ``parts[i]`` (float)."""
+        t = check_int("t", t, low=0)
+        bounds = self.partition_bounds(n_parts)
+        parts = self._check_parts(parts, n_parts)
+        if batch is not None:
+            batch = check_int("batch", batch, low=1)
+        return t, parts, bounds, batch, (bounds[parts + 1] - bounds[parts]).astype(np.float64)
+
     def _full_batch_sums(self, W: np.ndarray, parts: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """``(m, dim)``: ``sum_{x in P_j} r x^T`` per requested part, a sparse-dense product per chunk."""
         uniq, inverse = np.unique(parts, return_inverse=True)
@@ -688,15 +693,10 @@ class MLP(Workload):
         """Partial gradients ``g_j = (|P_j|/N) (mean_{x in batch_j} grad l(x; w) + reg * w)``, see the module
         docstring; row ``i`` belongs to ``parts[i]``."""
         layers = self._layers(w)
-        t = check_int("t", t, low=0)
-        bounds = self.partition_bounds(n_parts)
-        parts = self._check_parts(parts, n_parts)
-        if batch is not None:
-            batch = check_int("batch", batch, low=1)
+        t, parts, bounds, batch, sizes = self._gradient_args(t, parts, n_parts, batch)
         G = np.empty((len(parts), self.dim))
         if len(parts) == 0:
             return G
-        sizes = (bounds[parts + 1] - bounds[parts]).astype(np.float64)
         if batch is None:
             uniq, inverse = np.unique(parts, return_inverse=True)
             for k, j in enumerate(uniq.tolist()):
