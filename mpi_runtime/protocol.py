@@ -111,7 +111,7 @@ def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = No
 def message_layout(scheme, d: int) -> tuple[int, bool]:
     """``(float64 values per message, complex?)``: complex codes send real and imaginary parts."""
     length = scheme.message_size(d)   # 2 d for a complex code: real and imaginary parts travel as float64
-    return length, length != d
+    return length, length == 2 * d    # (shorter for partial_coded with l > 1: d / l real numbers)
 
 
 def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:
