@@ -335,7 +335,7 @@ def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
 
 # --- chunked, streaming workers; late workers that abandon (issue 13) ------------------------------------------
 PARTIAL = {
-    "stream_s1": {"name": "partial_coded", "s": 1},
+    "stream_s1_l2": {"name": "partial_coded", "s": 1, "l": 2},     # messages of d / 2 numbers, every chunk twice
     "stream_s2_natural": {"name": "partial_coded", "s": 2, "order": "natural"},
     "tandon": {"name": "partial_coded", "s": 1, "protocol": "tandon"},
 }
@@ -361,6 +361,8 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, tmp
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     mean = lambda recs: np.mean([r["end"] - r["start"] for r in recs])   # noqa: E731
     assert mean(mpi) == pytest.approx(mean(sim.records), rel=0.10)
+    if name == "stream_s1_l2":
+        assert all(r["floats"] == 4 * sum(r["worker_messages"]) for r in mpi)   # d / l = 8 / 2 per message
     if name == "stream_s2_natural":
         copies = [len(r["received"]) - len({tuple(m) for m in r["received"]}) for r in mpi]
         assert sum(len(r["received"]) for r in mpi) > 10 * 4     # more messages than workers: streamed
