@@ -355,9 +355,11 @@ def test_partial_work_example_runs_and_partial_coded_beats_the_code():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import partial_work
 
-    rows = {r["scheme"]: r for r in partial_work.time_to_target(0, seeds=(0,), iterations=80)}
+    pair = ["coded cyclic_repetition s=2", "partial_coded s=2 natural"]
+    rows = {r["scheme"]: r for r in partial_work.time_to_target(0, seeds=(0,), iterations=80, schemes=pair)}
     assert rows["partial_coded s=2 natural"]["mean_iteration"] < rows["coded cyclic_repetition s=2"]["mean_iteration"]
-    w = partial_work.wasted(0, seeds=(0,), iterations=20)
+    assert rows["partial_coded s=2 natural"]["speedup_vs_coded"] > 1
+    w = partial_work.wasted(partial_work.DELAYS["straggle"], seeds=(0,), iterations=20)
     assert 0 < w["finish"]["wasted_fraction"] < 1 and 0 < w["abandon"]["wasted_fraction"] < 1
 
 
