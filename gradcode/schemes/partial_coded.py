@@ -29,7 +29,8 @@ the chunks that came in, residual ``sqrt(missing / n)``). In ``exact`` mode a se
 order minimising the time to an exact gradient, ``max_c min_{w holds c} tau_w (pos_w(c) + 1)``, for the per-chunk
 times ``tau_w`` the scheme has seen (an exponentially weighted mean with weight ``memory`` on the past, learnt
 from every iteration: :meth:`observe_chunks`); exact and polynomial (:func:`~gradcode.schemes.chunk_order.
-optimal_order`), checked against brute force for ``n <= 6``. With equal estimates it is the natural order.
+optimal_order`), checked against brute force for ``n <= 6``. With equal estimates it is the natural order
+(``l = 1``).
 
 **Splitting the gradient in ``l`` parts (``l``, default 1; the paper's communication parameter).** With ``l > 1``
 each chunk's gradient ``g_c`` is cut into ``l`` equal parts ``g_c^(1..l)`` of ``d / l`` numbers, and the message
@@ -72,7 +73,8 @@ the following is what those say, then what we chose:
   count per worker may differ. Our decoding is 0/1 weights (``l = 1``) or one ``l x l`` Chebyshev solve per chunk
   (condition number below 100 for ``s + 1 <= 7``), stable in the paper's sense (no interpolation at many nodes).
 - *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
-  (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``: ``tests``), so the
+  (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
+  ``tests/test_partial.py``), so the
   paper's criterion leaves nothing to optimise there, as far as we can tell; its algorithm (which we do not have)
   matters for other assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
   estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
