@@ -147,7 +147,7 @@ def test_what_if_compare_replays_every_scheme(tmp_path):
     delay = {"name": "pareto", "alpha": 2.0, "comm": 0.2}
     run = simulate(make_scheme("sync", n=n), delay, WORKLOAD, iterations=T, seed=0).write(tmp_path / "cap")
     export_trace(run, tmp_path / "trace.csv")
-    spec = {"name": "whatif", "cluster": {"workers": n}, "workload": WORKLOAD,
+    spec = {"experiment": {"name": "whatif"}, "cluster": {"workers": n}, "workload": WORKLOAD,
             "delays": [_replay_spec(tmp_path / "trace.csv")],
             "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 3},
                         {"name": "coded", "code": "cyclic_repetition", "s": 1}],
@@ -191,5 +191,6 @@ def test_mpi_natural_capture_exports_and_replays_its_iteration_times(tmp_path):
     replay = simulate(make_scheme("sync", n=n), _replay_spec(out), None, iterations=T, seed=0)
     np.testing.assert_allclose([r["end"] - r["start"] for r in replay.records],
                                [max(r["worker_arrived"]) for r in records], rtol=1e-9)
-    np.testing.assert_allclose([max(r["worker_arrived"]) for r in records],
-                               [r["end"] - r["start"] for r in records], rtol=1e-6, atol=1e-6)
+    # the master ends an iteration a little after the last arrival (it takes the message in): the replay, which
+    # knows only the workers' times, cannot see that (examples/capture_replay.py measures how much it matters)
+    assert all(r["end"] - r["start"] >= max(r["worker_arrived"]) for r in records)
