@@ -11,9 +11,9 @@ two hidden layers of 256: a few milliseconds of real compute per worker and step
 iterations. 2. Export: ``gradcode trace export`` (compute per unit of load, communication per step). 3. Predict:
 replay the trace in the simulator (``normalize = false, offset = 0``: step ``t`` of the capture at iteration ``t``)
 under ``sync``, ``fastest_k``, ``backup``, a code (cyclic repetition, ``s = 1``: twice the load) and DropCompute
-(``M = 4``, a fixed ``tau`` from the capture: 1.25 x the median per-step compute). 4. Measure: run each scheme on
-MPI with natural timing ``R`` times (median, and min-max as the noise). 5. Table: predicted / measured mean
-iteration time.
+(``M = 4``, no warm-up, a fixed ``tau`` from the capture: 1.25 x the median per-step compute). 4. Measure: run each
+scheme on MPI with natural timing ``R`` times (median, and min-max as the noise). 5. Table: predicted / measured
+mean iteration time.
 
 Where it can fail: the replay knows each worker's measured time, not why it took that long. On a machine with
 fewer cores than ranks (2 cores here, 9 ranks) compute times are mostly CPU contention between ranks: a scheme that
@@ -51,7 +51,7 @@ def schemes(n: int, tau: float) -> list[tuple[str, dict]]:
             (f"fastest_k k={n - 2}", {"name": "fastest_k", "k": n - 2}),
             ("backup b=2", {"name": "backup", "b": 2}),
             ("coded cyclic s=1", {"name": "coded", "code": "cyclic_repetition", "s": 1}),
-            (f"dropcompute M=4 tau={tau:.3g}", {"name": "dropcompute", "M": 4, "tau": tau})]
+            (f"dropcompute M=4 tau={tau:.3g}", {"name": "dropcompute", "M": 4, "tau": tau, "warmup": 0})]
 
 
 def mpi_spec(scheme: dict, n: int, iterations: int, workload: dict) -> dict:
@@ -83,7 +83,7 @@ def predict(scheme: dict, n: int, iterations: int, trace: Path) -> float:
 def main(argv=None) -> dict:
     args = _args(argv)
     n = 4 if args.quick else N_WORKERS
-    iterations = args.iterations or (6 if args.quick else 40)
+    iterations = args.iterations or (6 if args.quick else 30)
     repeats = args.repeats or (1 if args.quick else 3)
     workload = {"name": "mlp", "hidden": [16], "seed": 0} if args.quick else WORKLOAD
     out = Path(args.out)
@@ -131,7 +131,7 @@ def _args(argv):
     parser.add_argument("--out", default=f"results/examples/{NAME}", help="output folder (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="the reduced version (seconds instead of minutes)")
     parser.add_argument("--repeats", type=int, help="MPI runs per scheme (default 3; --quick 1)")
-    parser.add_argument("--iterations", type=int, help="iterations per run (default 40; --quick 6)")
+    parser.add_argument("--iterations", type=int, help="iterations per run (default 30; --quick 6)")
     return parser.parse_args(argv)
 
 
