@@ -132,7 +132,7 @@ def _simulate(args) -> int:
     from .cluster import RecordWriter, write_summary
     from .errors import ConfigError
     from .outdir import FolderLock, writable_folder
-    from .sim import simulate
+    from .sim import check_simulable, simulate
     from .spec import build, load_spec, run_kwargs, training_kwargs
 
     spec = load_spec(args.spec)
@@ -152,6 +152,7 @@ def _simulate(args) -> int:
         print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
+    check_simulable(delay)     # natural timing is MPI-only: refused before the output folder is made
     kwargs = {**run_kwargs(spec), **training_kwargs(spec)}
     out = writable_folder(args.out)     # checked before the simulation, not after it
     with FolderLock(out):
