@@ -12,8 +12,9 @@ iterations. 2. Export: ``gradcode trace export`` (compute per unit of load, comm
 replay the trace in the simulator (``normalize = false, offset = 0``: step ``t`` of the capture at iteration ``t``)
 under ``sync``, ``fastest_k``, ``backup``, a code (cyclic repetition, ``s = 1``: twice the load) and DropCompute
 (``M = 4``, no warm-up, a fixed ``tau`` from the capture: 1.25 x the median per-step compute). 4. Measure: run each
-scheme on MPI with natural timing ``R`` times (median, and min-max as the noise). 5. Table: predicted / measured
-mean iteration time.
+scheme on MPI with natural timing. Steps 1-4 make a round; ``R`` rounds (median, and min-max as the noise: the load
+of this machine drifts, so each round predicts from its own capture). 5. Table: predicted / measured mean iteration
+time.
 
 Where it can fail: the replay knows each worker's measured time, not why it took that long. On a machine with
 fewer cores than ranks (2 cores here, 9 ranks) compute times are mostly CPU contention between ranks: a scheme that
@@ -26,7 +27,6 @@ Run: ``python examples/capture_replay.py [--quick] [--out DIR] [--repeats R] [--
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -60,16 +60,19 @@ def mpi_spec(scheme: dict, n: int, iterations: int, workload: dict) -> dict:
 
 
 def run_mpi(spec: dict, out: Path, timeout: float) -> dict:
-    """Run ``spec`` with ``gradcode run`` (MPI; the launcher sets MPICH's settings for more ranks than cores) and
-    return its summary."""
+    """Run ``spec`` as ``gradcode run`` does (MPI; the launcher sets MPICH's settings for more ranks than cores, and
+    ``mpiexec`` dies with this process) and return its summary."""
+    from mpi_runtime.launch import launch
+
     out.mkdir(parents=True, exist_ok=True)
     path = out / "spec.toml"
     path.write_text(tomli_w.dumps(spec))
-    cmd = [sys.executable, "-m", "gradcode", "run", str(path), "--out", str(out / "run"), "--timeout", str(timeout)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 30)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return json.loads((out / "run" / "summary.json").read_text())
+    code = launch(path, out / "run", timeout=timeout, echo=lambda *a, **k: None)
+    summary = json.loads((out / "run" / "summary.json").read_text()) if (out / "run" / "summary.json").is_file() \
+        else {}
+    if code != 0 or "error" in summary:
+        raise RuntimeError(f"MPI run of {path} failed (exit {code}): {summary.get('error', 'see ' + str(out))}")
+    return summary
 
 
 def predict(scheme: dict, n: int, iterations: int, trace: Path) -> float:
@@ -90,35 +93,47 @@ def main(argv=None) -> dict:
     timeout = 120.0 if args.quick else 600.0
     began = time.perf_counter()
 
-    capture = run_mpi(mpi_spec({"name": "sync"}, n, iterations, workload), out / "capture", timeout)
-    trace, rows, skipped = export_trace(out / "capture" / "run", out / "trace.csv")
-    data = np.loadtxt(trace, delimiter=",", skiprows=1, ndmin=2)
-    tau = TAU_FACTOR * float(np.median(data[:, 4]))
-    print(f"captured sync: mean iteration {capture['mean_iteration_time']:.4g} s; {trace}: {rows} rows, median "
-          f"compute {np.median(data[:, 4]) * 1e3:.3g} ms, median comm {np.median(data[:, 5]) * 1e3:.3g} ms")
-
     result: dict[str, dict] = {}
-    for label, scheme in schemes(n, tau):
-        predicted = predict(scheme, n, iterations, trace)
-        measured = [run_mpi(mpi_spec(scheme, n, iterations, workload), out / "mpi" / f"{_slug(label)}-{r}",
-                            timeout)["mean_iteration_time"] for r in range(repeats)]
-        result[label] = {"predicted": predicted, "measured": measured, "median": float(np.median(measured))}
-        print(f"  {label}: predicted {predicted * 1e3:.4g} ms, measured {[round(m * 1e3, 3) for m in measured]} ms")
+    captures, tau, rows, skipped = [], None, 0, []
+    for r in range(repeats):     # rounds: a capture, then every scheme, so that a drift of the load hits all alike
+        capture = run_mpi(mpi_spec({"name": "sync"}, n, iterations, workload), out / f"round{r}" / "capture",
+                          timeout)
+        trace, rows, skipped = export_trace(out / f"round{r}" / "capture" / "run", out / f"round{r}" / "trace.csv")
+        data = np.loadtxt(trace, delimiter=",", skiprows=1, ndmin=2)
+        if tau is None:          # fixed from the first capture, the same on MPI and in every replay
+            tau = TAU_FACTOR * float(np.median(data[:, 4]))
+        captures.append(capture["mean_iteration_time"])
+        print(f"round {r}: captured sync, mean iteration {capture['mean_iteration_time'] * 1e3:.4g} ms; median "
+              f"compute {np.median(data[:, 4]) * 1e3:.3g} ms, comm {np.median(data[:, 5]) * 1e3:.3g} ms")
+        for label, scheme in schemes(n, tau):
+            got = result.setdefault(label, {"predicted": [], "measured": []})
+            got["predicted"].append(predict(scheme, n, iterations, trace))
+            got["measured"].append(run_mpi(mpi_spec(scheme, n, iterations, workload),
+                                           out / f"round{r}" / _slug(label), timeout)["mean_iteration_time"])
+            print(f"  {label}: predicted {got['predicted'][-1] * 1e3:.4g} ms, measured "
+                  f"{got['measured'][-1] * 1e3:.4g} ms")
 
-    head = ["scheme", "predicted (ms)", f"measured median of {repeats} (ms)", "measured min-max (ms)",
-            "predicted / measured"]
-    body = [[label, r["predicted"] * 1e3, r["median"] * 1e3,
-             f"{min(r['measured']) * 1e3:.4g}-{max(r['measured']) * 1e3:.4g}", r["predicted"] / r["median"]]
-            for label, r in result.items()]
+    def spread(xs: list[float]) -> str:
+        return f"{np.median(xs) * 1e3:.4g} ({min(xs) * 1e3:.4g}-{max(xs) * 1e3:.4g})"
+
+    head = ["scheme", "predicted (ms)", "measured (ms)", "predicted / measured", "per round"]
+    body = []
+    for label, r in result.items():
+        pairs = [p / m for p, m in zip(r["predicted"], r["measured"], strict=True)]
+        r["ratio"] = float(np.median(r["predicted"]) / np.median(r["measured"]))
+        r["paired"] = pairs
+        body.append([label, spread(r["predicted"]), spread(r["measured"]), r["ratio"],
+                     ", ".join(f"{x:.2f}" for x in pairs)])
     text = (f"# Capture on MPI (sync, natural timing), replay in the simulator\n\n"
-            f"n = {n} workers, workload {json.dumps(workload)}, {iterations} iterations per run; capture: sync "
-            f"mean iteration {capture['mean_iteration_time'] * 1e3:.4g} ms; trace {rows} rows"
+            f"n = {n} workers, workload {json.dumps(workload)}, {iterations} iterations per run, {repeats} rounds "
+            f"(each: capture sync, export, replay every scheme; run every scheme on MPI); median (min-max) over the "
+            f"rounds. Captured sync: {spread(captures)} ms; trace {rows} rows"
             f"{f', {len(skipped)} iterations skipped' if skipped else ''}; DropCompute tau = {tau * 1e3:.3g} ms "
-            f"({TAU_FACTOR} x the median captured compute). Took {time.perf_counter() - began:.0f} s.\n\n"
+            f"({TAU_FACTOR} x the first capture's median compute). Took {time.perf_counter() - began:.0f} s.\n\n"
             + table(head, body))
     write_report(out, NAME, text)
     (out / f"{NAME}.json").write_text(json.dumps({"n": n, "iterations": iterations, "repeats": repeats,
-                                                  "tau": tau, "capture": capture, "schemes": result}, indent=2))
+                                                  "tau": tau, "captures": captures, "schemes": result}, indent=2))
     return result
 
 
