@@ -124,9 +124,9 @@ def main(argv=None) -> dict:
         r["paired"] = pairs
         body.append([label, spread(r["predicted"]), spread(r["measured"]), r["ratio"],
                      ", ".join(f"{x:.2f}" for x in pairs)])
-    text = (f"# Capture on MPI (sync, natural timing), replay in the simulator\n\n"
+    text = ("# Capture on MPI (sync, natural timing), replay in the simulator\n\n"
             f"n = {n} workers, workload {json.dumps(workload)}, {iterations} iterations per run, {repeats} rounds "
-            f"(each: capture sync, export, replay every scheme; run every scheme on MPI); median (min-max) over the "
+            "(each: capture sync, export, replay every scheme; run every scheme on MPI); median (min-max) over the "
             f"rounds. Captured sync: {spread(captures)} ms; trace {rows} rows"
             f"{f', {len(skipped)} iterations skipped' if skipped else ''}; DropCompute tau = {tau * 1e3:.3g} ms "
             f"({TAU_FACTOR} x the first capture's median compute). Took {time.perf_counter() - began:.0f} s.\n\n"
