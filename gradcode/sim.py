@@ -317,15 +317,20 @@ def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
 
 
 def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
-    """A streamed iteration's worker times: sent and arrival of each worker's last message received by the end."""
+    """A streamed iteration's worker times: sent and arrival of each worker's last message received by the end, and
+    its compute up to that message (as an MPI worker reports it), else that of the chunks it did."""
     n = len(it.begin)
     sent, arrived = np.full(n, np.nan), np.full(n, np.nan)
+    chunks = np.maximum(np.isfinite(it.chunk_end).sum(axis=1), 1)    # each worker's (finite ends past its last: inf)
+    with np.errstate(invalid="ignore"):
+        done = np.where(it.started, compute * it.done / chunks, np.nan)
     for (i, c), a in zip(it.received, it.arrive, strict=True):
         if not a < arrived[i]:       # the latest (NaN compares False: the first one counts)
             sent[i], arrived[i] = it.chunk_end[i, c - 1], a
+            done[i] = it.chunk_end[i, c - 1] - it.begin[i]
     took = it.started
-    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=np.where(took, compute, np.nan),
-                        sent=sent, arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
+    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
+                        arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
 
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:
