@@ -121,7 +121,7 @@ class TraceDelay(DelayModel):
     """
 
     name = "trace"
-    description = "replay of a measured straggler trace (ByteDance SE/AR/ST or a CSV path)"
+    description = "replay of a measured straggler trace (ByteDance SE/AR/ST, or a CSV path: gradcode trace export)"
     source = "[paper: 2505.05713]"
 
     def __init__(self, trace: str = "bytedance-SE", normalize: bool = True, offset: int | None = None, *,
