@@ -194,3 +194,30 @@ def test_mpi_natural_capture_exports_and_replays_its_iteration_times(tmp_path):
     # the master ends an iteration a little after the last arrival (it takes the message in): the replay, which
     # knows only the workers' times, cannot see that (examples/capture_replay.py measures how much it matters)
     assert all(r["end"] - r["start"] >= max(r["worker_arrived"]) for r in records)
+
+
+# --- the example's pipeline, its MPI runs replaced by simulated ones (no mpiexec) ----------------------------------
+def test_capture_replay_example_predicts_exactly_when_the_world_is_a_delay_model(tmp_path, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    import capture_replay
+
+    def simulated_run(spec: dict, out: Path, timeout: float) -> dict:
+        """What `gradcode run` would give if each worker's time were a shifted exponential draw (CRN)."""
+        table = {k: v for k, v in spec["scheme"].items() if k != "name"}   # no workload: the mlp's data stays unread
+        scheme = make_scheme(spec["scheme"]["name"], n=spec["cluster"]["workers"], **table)
+        res = simulate(scheme, {"name": "shifted_exponential", "comm": 0.1}, None,
+                       iterations=spec["run"]["iterations"], seed=spec["run"]["seed"])
+        res.write(out / "run")
+        return res.summary
+
+    monkeypatch.setattr(capture_replay, "run_mpi", simulated_run)
+    result = capture_replay.main(["--quick", "--out", str(tmp_path)])
+    assert (tmp_path / "capture_replay.md").is_file() and len(result) == 5
+    # a load-proportional world, captured under sync, replays every master/worker scheme exactly: the code's double
+    # load too (compute per unit of load); DropCompute's micro-batches are other draws, so only near
+    for label, r in result.items():
+        if not label.startswith("dropcompute"):
+            assert r["ratio"] == pytest.approx(1.0, rel=1e-9), label
+    assert result["coded cyclic s=1"]["measured"][0] > result["sync"]["measured"][0]
