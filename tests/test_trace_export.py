@@ -172,8 +172,8 @@ def test_mpi_natural_capture_exports_and_replays_its_iteration_times(tmp_path):
 
     from mpi_runtime.launch import prepare
 
-    n, T = 4, 5
-    spec = {"cluster": {"workers": n}, "workload": {"name": "mlp", "hidden": [16], "seed": 0},
+    n, T = 4, 5     # least squares, not the mlp: no scikit-learn import (digits) on every rank, a cheap launch
+    spec = {"cluster": {"workers": n}, "workload": {"name": "least_squares", "n_samples": 4000, "dim": 50},
             "delay": {"name": "none"}, "scheme": {"name": "sync"},
             "run": {"iterations": T, "seed": 0, "time_scale": 1.0, "grace": 5.0}}
     (tmp_path / "spec.toml").write_text(tomli_w.dumps(spec))
