@@ -293,8 +293,9 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
         ax.set(title=run.meta["scheme"], xlabel="time", ylabel="worker")
     from matplotlib.patches import Patch
 
-    fig.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
-               fontsize=7, loc="outside lower center", ncol=len(ROLE_COLOURS))   # below: the title spans the top
+    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="compute (worker_compute)"))
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=len(handles))  # below: the title is on top
     width = int(fig.get_figwidth() * 12)   # characters of a 10-point title per line, about
     fig.suptitle("\n".join(textwrap.wrap(timeline_title(first, shown, iterations), width)), fontsize=10)
     _save(fig, path)

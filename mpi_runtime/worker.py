@@ -138,9 +138,10 @@ class Worker:
         P.check_model(self.shared, slot, t)
         real = time.time() - received
         target = self._emulated(t, load)
-        # the real work alone took longer than a positive emulated time (a zero target has nothing to overrun);
-        # under inject = "add" the delay comes on top of the real work, so nothing can overrun it
-        overrun = not self.add and target > 0 and received + real > begin + target
+        # the real work alone took longer than the emulated time; a target below the runtime's resolution (zero or
+        # tiny: the overhead ratio leaves it out too) has nothing to overrun, nor has a delay added on top of the
+        # real work (inject = "add")
+        overrun = not self.add and target >= P.RESOLUTION and received + real > begin + target
         until = received + real + target if self.add else begin + target
         if not math.isfinite(target):
             _hang(self.peers)
