@@ -127,9 +127,14 @@ def test_master_schemes_agree_with_simulator(name, tmp_path):
     mpi = _records(out)
     sim = _simulated(spec)
     assert len(mpi) == len(sim.records) == spec["run"]["iterations"]
+    from tests.test_natural import check_worker_times
+
     for a, b in zip(sim.records, mpi, strict=True):
         assert sorted(a["responders"]) == sorted(b["responders"]), (a["iteration"], a["responders"], b)
         assert b["ideal_end"] >= b["start"]
+        check_worker_times(b, 4)
+        for i in b["responders"]:     # the delay each responder waited out: the simulator's draw
+            assert b["worker_delay"][i] == pytest.approx(a["worker_delay"][i], rel=1e-9)
     _no_iteration_beats_its_ideal(mpi)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     summary = json.loads((out / "summary.json").read_text())
