@@ -2,8 +2,8 @@
 
 The simulator's records carry each worker's plan receipt, compute, send, arrival and emulated delay, consistent with
 the iteration; the simulator refuses natural timing (``[delay] name = "none"``); zero and tiny delays count work and
-messages; ``target_accuracy`` stops a run. Two MPI launches (4 workers, the ``mlp`` workload): natural timing under
-``sync`` (every field present and consistent, no overhead ratio, no overrun, stopped at the target accuracy, a
+messages; ``target_accuracy`` stops a run. Two MPI launches (4 workers): natural timing under ``sync`` on the
+``mlp`` (every field present and consistent, no overhead ratio, no overrun, stopped at the target accuracy, a
 timeline drawn from its records) and ``inject = "add"`` under ``fastest_k`` on least squares (each answer comes the
 injected delay after the real compute).
 """
