@@ -2,10 +2,10 @@
 
 The simulator's records carry each worker's plan receipt, compute, send, arrival and emulated delay, consistent with
 the iteration; the simulator refuses natural timing (``[delay] name = "none"``); zero and tiny delays count work and
-messages; ``target_accuracy`` stops a run. Two MPI launches (4 workers, the ``mlp`` workload): natural timing under
-``sync`` (every field present and consistent, no overhead ratio, no overrun, stopped at the target accuracy, a
-timeline drawn from its records) and ``inject = "add"`` under ``fastest_k`` (each answer comes the injected delay
-after the real compute).
+messages; ``target_accuracy`` stops a run. Two MPI launches (4 workers): natural timing under ``sync`` on the
+``mlp`` (every field present and consistent, no overhead ratio, no overrun, stopped at the target accuracy, a
+timeline drawn from its records) and ``inject = "add"`` under ``fastest_k`` on least squares (each answer comes the
+injected delay after the real compute).
 """
 
 from __future__ import annotations
@@ -198,6 +198,7 @@ def test_inject_add_comes_after_the_real_compute_on_mpi(tmp_path):
     value = 0.03    # seconds (time_scale 1) per unit of load
     spec = _mpi_spec({"name": "fastest_k", "k": 3}, {"name": "constant", "value": value}, iterations=6,
                      inject="add")
+    spec["workload"] = dict(LSQ)   # no scikit-learn to import on every rank (the mlp's data): seconds less
     records, summary = _mpi(spec, tmp_path)
     assert len(records) == 6 and summary["overruns"] == 0
     for rec in records:
