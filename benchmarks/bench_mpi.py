@@ -45,11 +45,18 @@ SCHEMES = {
     "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
     # four units a step (micro_load = 1), as when the README's figures were measured
     "dropcompute": {"name": "dropcompute", "M": 4, "micro_load": 1.0, "warmup": 3, "record_steps": 8},
+    # the streaming path (chunked workers, several results per plan: mpi_runtime/master.py, _gather_stream)
+    "fastest_k_abandon": {"name": "fastest_k", "k": 6},
+    "partial_coded": {"name": "partial_coded", "s": 2},
+    "partial_coded_tandon": {"name": "partial_coded", "s": 2, "protocol": "tandon"},
+    # the master/worker form of dropping, on the All-Reduce path like dropcompute (rank 0 contributes nothing)
+    "anytime": {"name": "anytime", "M": 4, "warmup": 3, "record_steps": 8},
 }
+CLUSTER = {"fastest_k_abandon": {"late_workers": "abandon"}}   # [cluster] keys beyond the number of workers
 
 
 def spec(scheme: str, iterations: int) -> dict:
-    return {"cluster": {"workers": N_WORKERS},
+    return {"cluster": {"workers": N_WORKERS, **CLUSTER.get(scheme, {})},
             "workload": {"name": "least_squares", "n_samples": 64, "dim": 100000},
             "delay": {"name": "shifted_exponential", "a": 3.0, "mu": 0.5},
             "scheme": SCHEMES[scheme],
