@@ -8,14 +8,15 @@ samples, so every message and model is 1e5 float64 (800 kB); on one node they mo
 only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
 ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the
 workers are (``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the
-emulated delays plus the runtime's overhead, not real compute speed.
+emulated delays plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers =
+"abandon"``) and partial_coded (``s = 2``, streamed chunks or Tandon et al.'s two messages) take the streaming path
+(several results per plan, ``mpi_runtime/streaming.py``); anytime takes the All-Reduce path, as dropcompute does.
 
 Each job runs ``--repeats`` times (default 3: the machine is shared and noisy); reported per scheme: the median
 over the repeats of ``overhead_ratio`` = measured total / ideal total (target <= 1.05) and every repeat's value,
 and from the median repeat the median per-iteration ratio, the overhead per iteration in milliseconds ((measured -
 ideal) / iterations, independent of how long the iterations are) and the master's per-iteration work (decode +
-update + plan sends) in microseconds, and the CPU seconds of the whole job (every rank; a loaded machine stretches
-wall times more than it does CPU times). Prints a Markdown table and writes benchmarks/results/mpi.json.
+update + plan sends) in microseconds. Prints a Markdown table and writes benchmarks/results/mpi.json.
 
     .venv/bin/python benchmarks/bench_mpi.py [--iterations 30] [--repeats 3]
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -71,9 +71,9 @@ def run(scheme: str, iterations: int, folder: Path) -> dict:
     path.write_text(tomli_w.dumps(spec(scheme, iterations)))
     out = folder / scheme
     cmd, env, _ = prepare(path, out, N_WORKERS + 1)
-    wall, cpu = time.perf_counter(), _children_cpu()
+    wall = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    wall, cpu = time.perf_counter() - wall, _children_cpu() - cpu
+    wall = time.perf_counter() - wall
     if proc.returncode != 0:
         raise RuntimeError(f"{scheme}: job failed ({proc.returncode}):\n{proc.stderr}")
     s = json.loads((out / "summary.json").read_text())
@@ -81,15 +81,7 @@ def run(scheme: str, iterations: int, folder: Path) -> dict:
     return {"scheme": scheme, "iterations": s["iterations"], "total_s": total, "ideal_s": ideal,
             "overhead_ratio": s["overhead_ratio"], "median_ratio": s["median_overhead_ratio"],
             "overhead_ms_per_iteration": (total - ideal) / s["iterations"] * 1e3,
-            "master_us_median": s.get("master_us_median"), "overruns": s.get("overruns", 0), "job_wall_s": wall,
-            "job_cpu_s": cpu}
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of the finished child processes so far: mpiexec waits for its ranks, so a job's
-    share is every rank's. Less sensitive to other load than wall times (a loaded machine stretches those)."""
-    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ru.ru_utime + ru.ru_stime
+            "master_us_median": s.get("master_us_median"), "overruns": s.get("overruns", 0), "job_wall_s": wall}
 
 
 def repeated(scheme: str, iterations: int, repeats: int, folder: Path) -> dict:
@@ -108,20 +100,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for scheme in args.schemes:
             rows.append(repeated(scheme, args.iterations, args.repeats, Path(tmp)))
-            print(f"  {scheme}: {', '.join(f'{x:.4f}' for x in rows[-1]['ratios'])} (median repeat: job CPU "
-                  f"{rows[-1]['job_cpu_s']:.1f} s, master {rows[-1]['master_us_median'] or 0:.0f} us/iteration)",
-                  file=sys.stderr)
+            print(f"  {scheme}: {', '.join(f'{x:.4f}' for x in rows[-1]['ratios'])} (median repeat: master "
+                  f"{rows[-1]['master_us_median'] or 0:.0f} us/iteration)", file=sys.stderr)
     print(f"\nMPI cluster overhead, n = {N_WORKERS} workers, d = 1e5, {args.iterations} iterations, time_scale 0.01 s, "
           f"median of {args.repeats} runs\n")
     print("| scheme | measured total (s) | ideal total (s) | total ratio (every run) | median iteration ratio "
-          "| overhead ms / iteration | master us / iteration (median) | overruns | job CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| overhead ms / iteration | master us / iteration (median) | overruns |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         us = "n/a (no master)" if r["master_us_median"] is None else f"{r['master_us_median']:.0f}"
         every = ", ".join(f"{x:.3f}" for x in r["ratios"])
         print(f"| {r['scheme']} | {r['total_s']:.3f} | {r['ideal_s']:.3f} | **{r['overhead_ratio']:.3f}** ({every}) "
-              f"| {r['median_ratio']:.3f} | {r['overhead_ms_per_iteration']:.2f} | {us} | {r['overruns']} "
-              f"| {r['job_cpu_s']:.1f} |")
+              f"| {r['median_ratio']:.3f} | {r['overhead_ms_per_iteration']:.2f} | {us} | {r['overruns']} |")
     out = ROOT / "benchmarks" / "results" / "mpi.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"workers": N_WORKERS, "d": 100000, "iterations": args.iterations, "time_scale": 0.01,
