@@ -7,8 +7,8 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
   model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
   is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
-  wall time]``, followed by the message (``L`` values; a complex message travels as its float64 view, 2 per
-  entry) unless the ranks share memory;
+  wall time, chunks done, kind, ring number]`` (:data:`RESULT_HEADER`), followed by the message (``L`` values; a
+  complex message travels as its float64 view, 2 per entry) unless it is in shared memory;
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
