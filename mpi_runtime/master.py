@@ -100,8 +100,8 @@ class Master(Driver):
         inline = self.length if (self.streaming or not self.shared) else 0
         self.recv_bufs = [np.full(P.RESULT_HEADER + inline, 0.0) for _ in range(self.n)]
         self.payloads = ([buf[P.RESULT_HEADER:] for buf in self.recv_bufs] if inline else self.shared.messages)
-        self.total = (np.zeros(self.length) if scheme.sums_messages and not self.streaming
-                      else None)   # running sum of the messages
+        # running sum of the messages (streaming too, when each message is a worker's whole answer)
+        self.total = np.zeros(self.length) if scheme.sums_messages and not scheme.streams else None
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
@@ -247,8 +247,11 @@ class Master(Driver):
         self.evaluation_s = 0.0
         measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
                           ideal.done, ideal.free, ideal.sent)
-        messages = P.from_payload(self.inbox[:len(received)], self.is_complex)
-        combined = self.scheme.combine_stream(messages, received, plan)
+        if self.total is not None:     # summed as they arrived (_keep)
+            combined = self.scheme.combine_sum(self.total, len(received), plan)
+        else:
+            combined = self.scheme.combine_stream(P.from_payload(self.inbox[:len(received)], self.is_complex),
+                                                  received, plan)
         rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
@@ -274,7 +277,11 @@ class Master(Driver):
                 self.unread.answered(i, t_msg)   # it has copied the model of plan t_msg, and skipped older ones
                 use = (t_msg == t and kind != P.MARKER
                        and not (received and self.policy.stream_holds(received, plan, fallback)))
-                payload = self._take(i, hdr, len(received) if use else None)
+                payload = self._payload(i, hdr)
+                erased = use and not _finite(payload)
+                if use and not erased:
+                    self._keep(payload, len(received))
+                self._release(i, hdr)
                 self._post(i)          # the buffer is read: the worker's next result may come in
                 if kind != P.MESSAGE and self.busy[i] == t_msg:
                     self.busy[i] = -1
@@ -285,7 +292,7 @@ class Master(Driver):
                     self.stats["stale"] += 1
                 if not use:
                     continue           # stale, a marker, or after the stop in the same poll: not used
-                if not _finite(payload):
+                if erased:
                     self.stats["erasures"].append(i)
                     self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; an erasure")
                     continue
@@ -314,32 +321,40 @@ class Master(Driver):
             self.shared.sync()     # ring payloads were written before the headers that announce them were sent
         return sorted(done, key=lambda i: self.recv_bufs[i][5])
 
-    def _take(self, i: int, hdr: np.ndarray, row: int | None) -> np.ndarray | None:
-        """The payload of worker ``i``'s result ``hdr`` (None for a marker), copied into ``inbox[row]`` unless
-        ``row`` is None (not used). A payload in the worker's ring is counted as read (streaming.Ring), used or
-        not, so that the worker may write that segment again."""
+    def _payload(self, i: int, hdr: np.ndarray) -> np.ndarray | None:
+        """Worker ``i``'s payload announced by ``hdr``, where it lies (the worker's ring segment, or the receive
+        buffer after the header); None for a marker."""
         if int(hdr[7]) == P.MARKER:
             return None
         seq = int(hdr[8])
         if seq < 0:
-            source = self.recv_bufs[i][P.RESULT_HEADER:]
-        else:
-            if seq != self.read[i]:     # a guard on the ring's discipline, never expected to fire
-                raise RunFailure(f"worker {i} (rank {i + 1}) announced ring message {seq}, expected {self.read[i]}")
-            source = self.shared.rings[i][seq % S.STREAM_RING]
-        payload = source
-        if row is not None:
-            if row >= len(self.inbox):
-                grown = np.zeros((max(2 * len(self.inbox), self.n), self.length))
-                grown[:len(self.inbox)] = self.inbox
-                self.inbox = grown
-            np.copyto(self.inbox[row], source)
-            payload = P.from_payload(self.inbox[row], self.is_complex)
-        if seq >= 0:
+            return P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
+        if seq != self.read[i]:     # a guard on the ring's discipline, never expected to fire
+            raise RunFailure(f"worker {i} (rank {i + 1}) announced ring message {seq}, expected {self.read[i]}")
+        return P.from_payload(self.shared.rings[i][seq % S.STREAM_RING], self.is_complex)
+
+    def _keep(self, payload: np.ndarray, row: int) -> None:
+        """A used message: added to the running sum (averaging schemes, as on the one-message path: after the stop
+        only the last is left to add), else copied into ``inbox[row]`` for ``combine_stream``."""
+        values = P.as_payload(payload, self.is_complex)     # float64, as it travelled
+        if self.total is not None:
+            if row == 0:
+                np.copyto(self.total, values)
+            else:
+                self.total += values
+            return
+        if row >= len(self.inbox):
+            grown = np.zeros((max(2 * len(self.inbox), self.n), self.length))
+            grown[:len(self.inbox)] = self.inbox
+            self.inbox = grown
+        np.copyto(self.inbox[row], values)
+
+    def _release(self, i: int, hdr: np.ndarray) -> None:
+        """A ring message is read (used or not): count it, so that the worker may write that segment again."""
+        if int(hdr[7]) != P.MARKER and int(hdr[8]) >= 0:
             self.read[i] += 1
-            self.shared.sync()     # the copy is done before the worker may see the count and rewrite the segment
+            self.shared.sync()     # the reads are done before the worker may see the count and rewrite the segment
             self.shared.consumed[i] = self.read[i]
-        return payload
 
     def _write_record(self) -> None:
         """Append the last record to records.jsonl and flush it. Called once the next iteration's plans are out
