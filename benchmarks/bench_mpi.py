@@ -8,7 +8,9 @@ samples, so every message and model is 1e5 float64 (800 kB); on one node they mo
 only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
 ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the
 workers are (``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the
-emulated delays plus the runtime's overhead, not real compute speed.
+emulated delays plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers =
+"abandon"``) and partial_coded (``s = 2``, streamed chunks or Tandon et al.'s two messages) take the streaming path
+(several results per plan, ``mpi_runtime/streaming.py``); anytime takes the All-Reduce path, as dropcompute does.
 
 Each job runs ``--repeats`` times (default 3: the machine is shared and noisy); reported per scheme: the median
 over the repeats of ``overhead_ratio`` = measured total / ideal total (target <= 1.05) and every repeat's value,
@@ -45,11 +47,19 @@ SCHEMES = {
     "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
     # four units a step (micro_load = 1), as when the README's figures were measured
     "dropcompute": {"name": "dropcompute", "M": 4, "micro_load": 1.0, "warmup": 3, "record_steps": 8},
+    # the streaming path (chunked workers, several results per plan: mpi_runtime/master.py, _gather_stream)
+    "fastest_k_abandon": {"name": "fastest_k", "k": 6},
+    "partial_coded": {"name": "partial_coded", "s": 2},
+    "partial_coded_tandon": {"name": "partial_coded", "s": 2, "protocol": "tandon"},
+    # the master/worker form of dropping, on the All-Reduce path like dropcompute (rank 0 contributes nothing)
+    # max_samples = 8: n x max_samples = 64 partitions of the 64 samples
+    "anytime": {"name": "anytime", "M": 4, "max_samples": 8, "warmup": 3, "record_steps": 8},
 }
+CLUSTER = {"fastest_k_abandon": {"late_workers": "abandon"}}   # [cluster] keys beyond the number of workers
 
 
 def spec(scheme: str, iterations: int) -> dict:
-    return {"cluster": {"workers": N_WORKERS},
+    return {"cluster": {"workers": N_WORKERS, **CLUSTER.get(scheme, {})},
             "workload": {"name": "least_squares", "n_samples": 64, "dim": 100000},
             "delay": {"name": "shifted_exponential", "a": 3.0, "mu": 0.5},
             "scheme": SCHEMES[scheme],
@@ -90,7 +100,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for scheme in args.schemes:
             rows.append(repeated(scheme, args.iterations, args.repeats, Path(tmp)))
-            print(f"  {scheme}: {', '.join(f'{x:.4f}' for x in rows[-1]['ratios'])}", file=sys.stderr)
+            print(f"  {scheme}: {', '.join(f'{x:.4f}' for x in rows[-1]['ratios'])} (median repeat: master "
+                  f"{rows[-1]['master_us_median'] or 0:.0f} us/iteration)", file=sys.stderr)
     print(f"\nMPI cluster overhead, n = {N_WORKERS} workers, d = 1e5, {args.iterations} iterations, time_scale 0.01 s, "
           f"median of {args.repeats} runs\n")
     print("| scheme | measured total (s) | ideal total (s) | total ratio (every run) | median iteration ratio "

@@ -73,6 +73,7 @@ from gradcode.cluster import (
 )
 
 from . import protocol as P
+from . import streaming as S
 from .config import RunConfig
 from .faults import Faults
 from .peers import Peers, who
@@ -91,21 +92,25 @@ class Master(Driver):
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.late = cfg.late_workers
+        self.streaming = scheme.streams or self.late == "abandon"
         self.shared = P.open_shared(comm, d, self.length,
-                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout))
+                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
+                                    ring=S.STREAM_RING if self.streaming else 1)
         self.slots = P.ModelSlots(self.shared)
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
         self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
         # chunk by chunk, several results per plan (a streaming scheme, or late workers that abandon): see
-        # _gather_stream; payloads travel inline and the model in the plans (a worker may hold two plans)
-        self.late = cfg.late_workers
-        self.streaming = scheme.streams or self.late == "abandon"
+        # _gather_stream; the payloads come through each worker's ring in shared memory, or inline (a full ring)
+        self.unread = S.Unread(self.n)        # the model slots that workers may still read
+        self.read = np.zeros(self.n, dtype=int)   # ring messages read from each worker
+        self.inbox = np.zeros((0, self.length))   # this iteration's messages, copied out as they arrive
         inline = self.length if (self.streaming or not self.shared) else 0
         self.recv_bufs = [np.full(P.RESULT_HEADER + inline, 0.0) for _ in range(self.n)]
         self.payloads = ([buf[P.RESULT_HEADER:] for buf in self.recv_bufs] if inline else self.shared.messages)
-        self.total = (np.zeros(self.length) if scheme.sums_messages and not self.streaming
-                      else None)   # running sum of the messages
+        # running sum of the messages (streaming too, when each message is a worker's whole answer)
+        self.total = np.zeros(self.length) if scheme.sums_messages and not scheme.streams else None
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
@@ -220,14 +225,16 @@ class Master(Driver):
         the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
         iteration go to the stop policy's streaming form (:meth:`gradcode.cluster.StopPolicy.stream_holds`). The
         ideal end and the work counted (``worker_computed``) come from the simulator's arithmetic on the same draws
-        (:func:`gradcode.cluster.stream_iteration`); what was used is what arrived."""
+        (:func:`gradcode.cluster.stream_iteration`); what was used is what arrived. On one node the model goes into a
+        shared slot no worker may still read (:class:`~mpi_runtime.streaming.Unread`) and the payloads come through
+        the workers' rings (:class:`~mpi_runtime.streaming.Ring`): only headers travel, as on the one-message path."""
         from gradcode.cluster import Stream, stream_iteration
 
         self.faults.maybe_crash(t)
         start = self.now()
         self.stamp = time.time()
         tick = time.perf_counter()
-        self.slot = -1
+        self.slot = self.slots.publish(t, self.w, self.unread.held())
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
         self._new_times(t)
         for i in range(self.n):
@@ -251,13 +258,17 @@ class Master(Driver):
                                          self.expected_free)
         self.scheme.observe_chunks(t, compute[0] / np.array([plan.chunks(i) for i in range(self.n)], dtype=float))
         self._write_record()
-        received, messages = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
+        received = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
         end = self.now()
         tick = time.perf_counter()
         self.evaluation_s = 0.0
         measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
                           ideal.done, ideal.free, ideal.sent)
-        combined = self.scheme.combine_stream(np.stack(messages), received, plan)
+        if self.total is not None:     # summed as they arrived (_keep)
+            combined = self.scheme.combine_sum(self.total, len(received), plan)
+        else:
+            combined = self.scheme.combine_stream(P.from_payload(self.inbox[:len(received)], self.is_complex),
+                                                  received, plan)
         rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
@@ -270,11 +281,11 @@ class Master(Driver):
     def _post(self, i: int) -> None:
         self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=P.STREAM_TAG)
 
-    def _collect_stream(self, t: int, plan, start: float, fallback) -> tuple[list, list]:
-        """Messages ``(worker, chunks)`` of iteration ``t`` and their payloads, in arrival order, until the stop
-        rule holds; results that complete a worker's plan make it idle (under ``finish`` it gets plan ``t``)."""
+    def _collect_stream(self, t: int, plan, start: float, fallback) -> list:
+        """Messages ``(worker, chunks)`` of iteration ``t`` in arrival order, until the stop rule holds, their
+        payloads copied into the rows of ``inbox``; results that complete a worker's plan make it idle (under
+        ``finish`` it gets plan ``t``)."""
         received: list[tuple[int, int]] = []
-        messages: list[np.ndarray] = []
         last = time.perf_counter()
         while True:
             for i in self._stream_arrivals():
@@ -282,29 +293,34 @@ class Master(Driver):
                 hdr = self.recv_bufs[i]
                 t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
                 heard = self._heard(hdr)    # read before the buffer is reposted
-                payload = None if kind == P.MARKER else P.from_payload(self.payloads[i], self.is_complex).copy()
+                self.unread.answered(i, t_msg)   # it has copied the model of plan t_msg, and skipped older ones
+                use = (t_msg == t and kind != P.MARKER
+                       and not (received and self.policy.stream_holds(received, plan, fallback)))
+                payload = self._payload(i, hdr)
+                erased = use and not _finite(payload)
+                if use and not erased:
+                    self._keep(payload, len(received))
+                self._release(i, hdr)
                 self._post(i)          # the buffer is read: the worker's next result may come in
                 if kind != P.MESSAGE and self.busy[i] == t_msg:
                     self.busy[i] = -1
                     if t_msg != t:
                         self._send_plan(i, t, plan)      # late and free now: it takes the current plan
                         self.expected_free[i] = time.time() + self.emulated[i] * self.scale
-                if t_msg != t or payload is None:
-                    self.stats["stale"] += t_msg != t
-                    continue
-                if not _finite(payload):
+                if t_msg != t:
+                    self.stats["stale"] += 1
+                if not use:
+                    continue           # stale, a marker, or after the stop in the same poll: not used
+                if erased:
                     self.stats["erasures"].append(i)
                     self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; an erasure")
                     continue
-                if self.policy.stream_holds(received, plan, fallback) and received:
-                    continue           # after the stop, in the same poll: not used
                 received.append((i, c))
-                messages.append(payload)
                 self._stamp(i, heard)     # its last message received so far
             if received and self.policy.stream_holds(received, plan, fallback):
-                return received, messages
+                return received
             if self.policy.out_of_time(received, self.now() - start, plan):
-                return received, messages
+                return received
             if not (self.busy >= 0).any():
                 raise RunFailure(self._unmet(t, [i for i, _ in received],
                                              "every worker has answered and none is computing"))
@@ -321,7 +337,44 @@ class Master(Driver):
             return []
         for i in done:
             self.recv_reqs[i] = MPI.REQUEST_NULL
+        if self.shared:
+            self.shared.sync()     # ring payloads were written before the headers that announce them were sent
         return sorted(done, key=lambda i: self.recv_bufs[i][5])
+
+    def _payload(self, i: int, hdr: np.ndarray) -> np.ndarray | None:
+        """Worker ``i``'s payload announced by ``hdr``, where it lies (the worker's ring segment, or the receive
+        buffer after the header); None for a marker."""
+        if int(hdr[7]) == P.MARKER:
+            return None
+        seq = int(hdr[9])
+        if seq < 0:
+            return P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
+        if seq != self.read[i]:     # a guard on the ring's discipline, never expected to fire
+            raise RunFailure(f"worker {i} (rank {i + 1}) announced ring message {seq}, expected {self.read[i]}")
+        return P.from_payload(self.shared.rings[i][seq % S.STREAM_RING], self.is_complex)
+
+    def _keep(self, payload: np.ndarray, row: int) -> None:
+        """A used message: added to the running sum (averaging schemes, as on the one-message path: after the stop
+        only the last is left to add), else copied into ``inbox[row]`` for ``combine_stream``."""
+        values = P.as_payload(payload, self.is_complex)     # float64, as it travelled
+        if self.total is not None:
+            if row == 0:
+                np.copyto(self.total, values)
+            else:
+                self.total += values
+            return
+        if row >= len(self.inbox):
+            grown = np.zeros((max(2 * len(self.inbox), self.n), self.length))
+            grown[:len(self.inbox)] = self.inbox
+            self.inbox = grown
+        np.copyto(self.inbox[row], values)
+
+    def _release(self, i: int, hdr: np.ndarray) -> None:
+        """A ring message is read (used or not): count it, so that the worker may write that segment again."""
+        if int(hdr[7]) != P.MARKER and int(hdr[9]) >= 0:
+            self.read[i] += 1
+            self.shared.sync()     # the reads are done before the worker may see the count and rewrite the segment
+            self.shared.consumed[i] = self.read[i]
 
     def _write_record(self) -> None:
         """Append the last record to records.jsonl and flush it. Called once the next iteration's plans are out
@@ -350,9 +403,11 @@ class Master(Driver):
         except TimeoutError:
             raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.cfg.grace:g} s "
                              f"([run] grace){self.peers.states([i + 1])}") from None
-        slot = -1 if self.streaming else self.slot     # streaming: the model travels in the plan
+        slot = self.slot
         message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
                               self.w, self.capacity, self.stamp, slot, plan.chunked, plan.tau)
+        if self.streaming:
+            self.unread.sent(i, t, slot)
         tag = P.data_tag(t)
         if not self.streaming:     # streaming: the receive on STREAM_TAG stays posted
             self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)

@@ -7,9 +7,9 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
   model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
   is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
-  wall time, chunks done, kind, plan receipt wall time]`` (the last one added for the records' per-worker times),
-  followed by the message (``L`` values; a complex message travels as its float64 view, 2 per entry) unless the
-  ranks share memory;
+  wall time, chunks done, kind, plan receipt wall time, ring number]`` (:data:`RESULT_HEADER`; the receipt time
+  is for the records' per-worker times), followed by the message (``L`` values; a complex message travels as its
+  float64 view, 2 per entry) unless it is in shared memory;
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
@@ -31,6 +31,10 @@ plan/answer discipline, not on timing: the master never rewrites a slot that a b
 its previous message. ``Win.Sync`` orders the writes before the message that announces them (the MPI-3 unified
 memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the
 messages, as laid out above.
+
+**Streaming.** A streaming run (several results per plan, and under ``late_workers = "abandon"`` a worker that
+may hold two plans) uses the same window: each model in a slot that no worker may still read, each worker's
+messages in a ring of segments of its own, and only headers travel (``streaming.py``).
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
 ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), and the
@@ -58,11 +62,13 @@ TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
 #                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
 #                         deadline tau (model units; inf: none)
-RESULT_HEADER = 9       # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
+RESULT_HEADER = 10      # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
 #                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
-#                         ended with no message to send), wall time when the worker took the plan up. The master
-#                         keeps the worker's durations (compute, send - receipt) and not its clock readings: the
-#                         records' per-worker times are on the master's clock (cluster.worker_times)
+#                         ended with no message to send), wall time when the worker took the plan up, ring sequence
+#                         number (streaming: the payload is in the worker's shared ring, see streaming.Ring; -1: it
+#                         follows the header). The master keeps the worker's durations (compute, send - receipt)
+#                         and not its clock readings: the records' per-worker times are on the master's clock
+#                         (cluster.worker_times)
 MESSAGE, LAST, MARKER = 0, 1, 2
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
 MODEL_SLOTS = 8         # at most this many model versions in shared memory (n + 1 always suffice, see ModelSlots)
@@ -233,23 +239,32 @@ class SharedMemory:
     :meth:`sync` (``Win.Sync``, a memory barrier) orders a rank's writes before the message that announces them
     and another rank's reads after it."""
 
-    def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int, barrier=None):
-        own = slots * (1 + d) if comm.Get_rank() == 0 else length
+    def __init__(self, comm: MPI.Comm, d: int, length: int, slots: int, barrier=None, ring: int = 1):
+        workers = comm.Get_size() - 1
+        own = slots * (1 + d) + workers if comm.Get_rank() == 0 else ring * length
         self.win = MPI.Win.Allocate_shared(own * 8, 8, comm=comm)
-        rows = self._segment(0).reshape(slots, 1 + d)
+        master = self._segment(0)
+        rows = master[:slots * (1 + d)].reshape(slots, 1 + d)
         # each slot: the iteration whose model it holds (-1 while being written), then the model
         self.versions, self.models = rows[:, 0], rows[:, 1:]
-        self.messages = [self._segment(r) for r in range(1, comm.Get_size())]
+        # streaming: how many ring messages of each worker the master has read (written by the master only)
+        self.consumed = master[slots * (1 + d):]
+        self.rings = [self._segment(r).reshape(ring, length) for r in range(1, comm.Get_size())]
+        self.messages = [r[0] for r in self.rings]     # one message per worker (the one-message path)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         # first touch here, not in iteration 0: each rank writes its own segment and maps everyone else's
-        (rows if comm.Get_rank() == 0 else self.messages[comm.Get_rank() - 1])[...] = -1.0
+        if comm.Get_rank() == 0:
+            rows[...] = -1.0
+            self.consumed[...] = 0.0
+        else:
+            self.rings[comm.Get_rank() - 1][...] = -1.0
         self.sync()
         if barrier is None:
             wait(comm.Ibarrier())
         else:
             barrier()      # a bounded one that names a missing rank (Peers.checkpoint)
         self.sync()
-        for segment in [rows, *self.messages]:
+        for segment in [master, *self.rings]:
             segment.sum()
 
     def _segment(self, rank: int) -> np.ndarray:
@@ -265,8 +280,9 @@ class SharedMemory:
         self.win.Free()
 
 
-def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None) -> SharedMemory | None:
-    """The run's shared window (``min(ranks, MODEL_SLOTS)`` model slots: one more than the workers), or None
+def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None, ring: int = 1) -> SharedMemory | None:
+    """The run's shared window (``min(ranks, MODEL_SLOTS)`` model slots: one more than the workers; ``ring``
+    message segments per worker), or None
     (the payloads then travel in the messages) if the ranks span several nodes or ``GRADCODE_MPI_SHARED=0``.
     Collective; every rank comes to the same answer (one node holds all the ranks or none does; the launcher gives
     every rank the same environment). ``Split_type`` and ``Allocate_shared`` have no non-blocking form: call this
@@ -276,7 +292,7 @@ def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None) -> SharedMemo
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     one_node = node.Get_size() == comm.Get_size()
     node.Free()
-    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier) if one_node else None
+    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier, ring) if one_node else None
 
 
 class ModelSlots:
@@ -326,3 +342,4 @@ def free_slot(held, slots: int) -> int:
     """The lowest slot in ``range(slots)`` not in ``held``; -1 if all are held."""
     taken = set(int(s) for s in held)
     return next((s for s in range(slots) if s not in taken), -1)
+

@@ -23,6 +23,10 @@ Worker ``i`` (rank ``i + 1``) loops:
    written after it. The worker counts as free from the moment it sent (the
    simulator's ``free_i = arrival``): the transfer of the result, like that of the plan, counts toward the next
    emulated time.
+
+A streaming plan (``scheme.streams`` or ``late_workers = "abandon"``) runs chunk by chunk (:meth:`Worker._work_stream`):
+the model is copied out of its slot at once, each message is written into the worker's shared ring when its chunk
+ends (``streaming.Ring``; inline if the ring is full) and only its header goes out when it is due.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from mpi4py import MPI
 from gradcode.schemes._base import Plan
 
 from . import protocol as P
+from . import streaming as S
 from .config import RunConfig
 from .faults import Faults
 from .peers import MasterLost, Peers, who
@@ -52,8 +57,11 @@ class Worker:
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.late = cfg.late_workers
+        self.streaming = scheme.streams or self.late == "abandon"
         self.shared = P.open_shared(comm, d, self.length,
-                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout))
+                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
+                                    ring=S.STREAM_RING if self.streaming else 1)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
         # written once here, so that the page faults of first use do not land in iteration 0
         self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
@@ -65,12 +73,12 @@ class Worker:
         # per worker); beyond that the master is hung (a dead master on this host is noticed at once, peers.py)
         self.patience = (2 * self.n + 2) * cfg.grace
         self.free = 0.0          # wall time at which this worker sent its last result
-        # chunk by chunk, several results per plan, on the streaming tag (mpi_runtime/master.py)
-        self.late = cfg.late_workers
-        self.streaming = scheme.streams or self.late == "abandon"
+        # chunk by chunk, several results per plan, on the streaming tag (mpi_runtime/master.py): payloads in a ring
+        # of shared segments (streaming.Ring), inline when the ring is full or nothing is shared
         self.stopped = False
         self.add = cfg.inject == "add"     # the emulated delay after the real compute, not counted from the start
-        if self.streaming:     # results carry their payload inline: the next one may be written before it is read
+        if self.streaming:
+            self.ring = S.Ring(self.shared, self.i) if self.shared else None
             self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
 
     # --- the loop -------------------------------------------------------------------------------------------
@@ -152,7 +160,8 @@ class Worker:
         if not P.sleep_until(until, self._stop_came):
             return False
         hdr = self.result
-        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST, received)
+        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST, received,
+                                 -1)
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         self._wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)), f"the result of iteration {t}")
         return True
@@ -168,9 +177,11 @@ class Worker:
         received = time.time()
         t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau = P.unpack_plan(buf, self.capacity,
                                                                                      self.shared)
-        w = np.array(w)              # a copy: the model is read now only (the master may reuse its slot)
+        w = np.array(w)              # a copy: the model is read now only (see streaming.Unread)
         P.check_model(self.shared, slot, t)
         begin = max(min(stamp, received), self.free)
+        if self.ring is not None:
+            self.ring.rewind()       # messages staged for a dropped plan were never sent
         self.faults.maybe_crash(t)
         L = len(parts) if chunked else 1
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
@@ -204,31 +215,46 @@ class Worker:
                 stacked = np.stack(partials)
                 msg = (self.scheme.chunk_message(self.i, done, stacked, plan) if chunked
                        else self.scheme.message(self.i, stacked, plan))
-                queue.append((ends[j] + comm * scale, done, P.as_payload(msg, self.is_complex).copy()))
+                queue.append((ends[j] + comm * scale, done, self._stage(t, P.as_payload(msg, self.is_complex))))
             if self.late == "abandon" and j + 1 < L and self._newer_plan():
-                self.free = time.time()   # free from this chunk boundary, the simulator's free_i
+                self.free = ends[j]   # free from this chunk boundary (its emulated end), the simulator's free_i
                 return True   # drop the rest (and the messages not yet out): the newer plan is waiting
         if not queue or queue[-1][1] != done:      # the plan ended with no message due: say so
             queue.append((ends[done - 1] + comm * scale if done else begin, done, None))
         last = queue[-1]
         queue[-1] = (last[0], last[1], last[2], True)
-        state = self._until(math.inf, queue, t, interruptible=self.late == "abandon")
+        # abandoned now: in the model the worker was free when its last chunk ended (unchunked: when the newer plan
+        # was issued, as in the compute phase)
+        state = self._until(math.inf, queue, t, interruptible=self.late == "abandon",
+                            free_at=(ends[done - 1] if done else begin) if chunked else -math.inf)
         return state != "stop"
 
-    def _until(self, until: float, queue: list, t: int, *, interruptible: bool) -> str:
+    def _stage(self, t: int, payload: np.ndarray):
+        """A message to send later: its ring number (written into shared memory now, before the wait), or a copy
+        (inline: nothing shared, or the ring is full)."""
+        m = -1 if self.ring is None else self.ring.stage(payload)
+        if m < 0:
+            return payload.copy()
+        self.faults.maybe_poison(t, self.ring.segments[m % len(self.ring.segments)])
+        return m
+
+    def _until(self, until: float, queue: list, t: int, *, interruptible: bool, free_at: float = -math.inf) -> str:
         """Wait until ``until`` (or until the queue is empty if ``until`` is inf), sending queued messages when
         due. ``"on"``; ``"stop"`` (a STOP came and was answered); ``"newer"`` (a newer plan, if ``interruptible``
-        under abandon: the queue is dropped)."""
+        under abandon: the queue is dropped, and the worker counts as free from ``free_at``: by default as soon as
+        the newer plan was issued, the simulator's ``begin = start`` for an unchunked plan; noticing it takes the
+        worker up to a millisecond, which counts toward the next emulated time as the plan's transit does)."""
+        abandon = interruptible and self.late == "abandon"
         while True:
             due = queue[0][0] if queue else math.inf
             nxt = min(until, due)
             if not math.isfinite(nxt):
                 return "on"
-            watch = self._stop_or_newer if (interruptible and self.late == "abandon") else self._stop_came
-            if not P.sleep_until(nxt, watch):
+            watch = self._stop_or_newer if abandon else self._stop_came
+            if not P.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005):
                 if self.stopped:
                     return "stop"
-                self.free = time.time()   # abandoned here: free from now
+                self.free = free_at
                 return "newer"
             if queue and due <= until:
                 self._send_stream(t, queue.pop(0))
@@ -240,10 +266,17 @@ class Worker:
         last = len(item) > 3
         kind = (P.LAST if last else P.MESSAGE) if msg is not None else P.MARKER
         out = self.result
-        if msg is not None:
+        seq = -1
+        if isinstance(msg, int):            # in the shared ring: only the header travels
+            seq = msg
+            self.ring.sending(seq)
+            out = out[:P.RESULT_HEADER]
+        elif msg is not None:
             out[P.RESULT_HEADER:P.RESULT_HEADER + len(msg)] = msg
             self.faults.maybe_poison(t, out[P.RESULT_HEADER:])
-        out[:P.RESULT_HEADER] = (t, self.i, self.real, self.target, 0.0, time.time(), c, kind, self.receipt)
+        else:
+            out = out[:P.RESULT_HEADER]
+        out[:P.RESULT_HEADER] = (t, self.i, self.real, self.target, 0.0, time.time(), c, kind, self.receipt, seq)
         if last:
             self.free = out[5]
         self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")

@@ -23,6 +23,7 @@ import tomli_w
 from gradcode.report import read_records
 from gradcode.sim import simulate
 from gradcode.spec import build, load_spec, run_kwargs
+from mpi_runtime import streaming as S
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
 
 SCALE = 0.02            # seconds per model time unit
@@ -346,16 +347,20 @@ PARTIAL = {
 }
 
 
-@pytest.mark.parametrize("late", ["finish", "abandon"])
-@pytest.mark.parametrize("name", list(PARTIAL))
-def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, tmp_path):
+# on one node the model and the chunks go through shared memory (slots, rings); once with them in the messages
+PARTIAL_CASES = ([(name, late, "1") for name in PARTIAL for late in ("finish", "abandon")]
+                 + [("stream_s2_natural", "abandon", "0")])
+
+
+@pytest.mark.parametrize(("name", "late", "shared"), PARTIAL_CASES)
+def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, shared, tmp_path):
     """Every combined gradient is the full gradient of the current model, whichever messages came, in whatever
     order and however often (s = 2: every chunk is sent by up to 3 workers): a stale chunk (another iteration's
     model) mixed in would show as a gradient error far above round-off, and the parameters would leave the
     simulator's, which get the exact gradient too. Mean iteration time within 10% of the simulator's."""
     spec = _spec(dict(PARTIAL[name]), iterations=10, seed=3)
     spec["cluster"]["late_workers"] = late
-    proc, out = _run_mpi(spec, tmp_path)
+    proc, out = _run_mpi(spec, tmp_path, env_extra={"GRADCODE_MPI_SHARED": shared})
     assert proc.returncode == 0, proc.stderr
     mpi, sim = _records(out), _simulated(spec)
     assert len(mpi) == len(sim.records) == 10
@@ -374,6 +379,50 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, tmp
         assert all(c == 0 for c in copies)                         # one message per (worker, chunks) ...
         chunks = [[m[0] for m in r["received"]] for r in mpi]
         assert any(len(c) > len(set(c)) for c in chunks)          # ... several from one worker
+
+
+class _FakeShared:
+    """The parts of protocol.SharedMemory that Ring uses, in plain memory (one process plays both sides)."""
+
+    def __init__(self, workers: int, length: int):
+        self.rings = [np.zeros((S.STREAM_RING, length)) for _ in range(workers)]
+        self.consumed = np.zeros(workers)
+
+    def sync(self) -> None:
+        pass
+
+
+def test_stream_ring_reuses_a_segment_only_after_the_master_read_it():
+    """Worker 1's ring: R messages fit; the next one goes inline (-1) until the master has counted the first; a
+    rewind (a dropped plan's staged messages were never sent) hands their numbers out again."""
+    shared = _FakeShared(2, 3)
+    ring = S.Ring(shared, 1)
+    staged = [ring.stage(np.full(3, float(m))) for m in range(S.STREAM_RING)]
+    assert staged == list(range(S.STREAM_RING))
+    assert ring.stage(np.full(3, 99.0)) == -1                       # full: the master has read nothing yet
+    assert shared.rings[1][0].tolist() == [0.0, 0.0, 0.0]           # ... and nothing was overwritten
+    for m in staged[:2]:
+        ring.sending(m)
+    shared.consumed[1] = 1                                          # the master read message 0
+    assert ring.stage(np.full(3, 4.0)) == S.STREAM_RING and shared.rings[1][0].tolist() == [4.0] * 3
+    ring.rewind()                                                   # messages 2.. were staged, never sent
+    assert ring.stage(np.full(3, 7.0)) == 2 and shared.rings[1][2].tolist() == [7.0] * 3
+    assert shared.rings[0].sum() == 0                               # another worker's segments untouched
+
+
+def test_unread_holds_a_plans_slot_until_a_result_of_it_or_a_later_plan():
+    unread = S.Unread(2)
+    unread.sent(0, 5, slot=1)
+    unread.sent(0, 6, slot=2)        # abandon: a second plan while the first is computed
+    unread.sent(1, 6, slot=2)
+    unread.sent(1, 7, slot=-1)       # the model travelled in the plan: no slot
+    assert sorted(unread.held()) == [1, 2, 2]
+    unread.answered(0, 5)
+    assert sorted(unread.held()) == [2, 2]
+    unread.answered(1, 7)            # a later plan's result: plan 6 was skipped or done, never read again
+    assert unread.held() == [2]
+    unread.answered(0, 4)            # a stale result changes nothing
+    assert unread.held() == [2]
 
 
 def _abandon_gaps(spec: dict) -> float:
