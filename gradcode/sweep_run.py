@@ -42,6 +42,7 @@ import csv
 import io
 import json
 import os
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -141,9 +142,21 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
                     done({"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]})
     except BaseException:        # Ctrl-C: no new cell starts; finished cells keep their markers
         pool.shutdown(wait=False, cancel_futures=True)
+        _stop_workers(pool)
         raise
     pool.shutdown(wait=True)
     return results
+
+
+def _stop_workers(pool) -> None:
+    """End the worker processes of an interrupted process pool at once: a running cell would otherwise go on (its
+    records stay, flushed per iteration; a resume redoes the cell), and the interpreter's exit would wait for it."""
+    # ProcessPoolExecutor keeps its processes in _processes (Python 3.9 - 3.13; terminate_workers() from 3.14)
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, AttributeError):
+            pass
 
 
 def _guarded(task: dict) -> dict:
@@ -167,6 +180,9 @@ def _worker_start(parent: int, lock_fd: int | None) -> None:
     gone (each cell's folder is locked by the worker that writes it)."""
     from .children import die_with_parent
 
+    # Ctrl-C reaches the whole process group: the sweep itself stops the workers (one line, exit 130), which must
+    # not each print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent=parent)
     if lock_fd is not None:
         try:

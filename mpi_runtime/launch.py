@@ -42,6 +42,7 @@ from pathlib import Path
 from gradcode.children import NotStarted, run_child
 from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
+from gradcode.memory import check_mpi_memory
 from gradcode.outdir import FolderLock, writable_folder
 from gradcode.registry import pythonpath
 
@@ -171,6 +172,9 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
+    if hostfile is None:     # one host: all n + 1 ranks here (with a hostfile the estimate says nothing per host)
+        scheme_, _, workload = cfg.build()
+        check_mpi_memory(scheme_, workload, cfg.iterations)
     with FolderLock(writable_folder(out)) as lock:
         return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
                        mpiexec=mpiexec, timeout=timeout, echo=echo)
