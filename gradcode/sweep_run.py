@@ -141,22 +141,20 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
                 except GradcodeError as err:
                     done({"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]})
     except BaseException:        # Ctrl-C: no new cell starts; finished cells keep their markers
+        workers = _workers(pool)      # before shutdown(), which forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        _stop_workers(pool)
+        for proc in workers:
+            proc.terminate()
         raise
     pool.shutdown(wait=True)
     return results
 
 
-def _stop_workers(pool) -> None:
-    """End the worker processes of an interrupted process pool at once: a running cell would otherwise go on (its
-    records stay, flushed per iteration; a resume redoes the cell), and the interpreter's exit would wait for it."""
-    # ProcessPoolExecutor keeps its processes in _processes (Python 3.9 - 3.13; terminate_workers() from 3.14)
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        try:
-            proc.terminate()
-        except (OSError, AttributeError):
-            pass
+def _workers(pool) -> list:
+    """The worker processes of a process pool, to end at once on Ctrl-C: a running cell would otherwise go on (its
+    records stay, flushed per iteration; a resume redoes the cell), and the interpreter's exit would wait for it.
+    ProcessPoolExecutor keeps them in ``_processes`` (Python 3.9 - 3.13; ``terminate_workers()`` from 3.14)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
 
 
 def _guarded(task: dict) -> dict:
