@@ -1,5 +1,5 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``sweep``, ``report``."""
+``sweep``, ``trace export``, ``report``."""
 
 from __future__ import annotations
 
@@ -60,6 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hostfile", help="MPI hostfile, for several hosts")
     run.add_argument("--mpiexec", help="the MPI launcher (default: the virtual environment's, $MPIEXEC, PATH)")
     run.add_argument("--timeout", type=float, help="kill the job after this many seconds")
+    trc = sub.add_parser("trace", help="straggler traces: export a run's measured per-worker times for replay")
+    trc_sub = trc.add_subparsers(dest="trace_command", required=True)
+    exp = trc_sub.add_parser("export", help="write a run's per-iteration, per-worker compute and communication "
+                                            "times as a trace CSV (replay: [delay] name = \"trace\")")
+    exp.add_argument("run_dir", help="output folder of `gradcode run` or `gradcode simulate` (or of `gradcode "
+                                     "compare`, with --run)")
+    exp.add_argument("--out", required=True, help="the CSV file to write")
+    exp.add_argument("--run", help="in a compare folder: which run (a folder name under runs/)")
     rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
     rep.add_argument("folder", help="a folder written by `gradcode compare`")
     return p
@@ -124,7 +132,7 @@ def _simulate(args) -> int:
     from .cluster import RecordWriter, write_summary
     from .errors import ConfigError
     from .outdir import FolderLock, writable_folder
-    from .sim import simulate
+    from .sim import check_simulable, simulate
     from .spec import build, load_spec, run_kwargs, training_kwargs
 
     spec = load_spec(args.spec)
@@ -144,6 +152,7 @@ def _simulate(args) -> int:
         print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
+    check_simulable(delay)     # natural timing is MPI-only: refused before the output folder is made
     kwargs = {**run_kwargs(spec), **training_kwargs(spec)}
     out = writable_folder(args.out)     # checked before the simulation, not after it
     with FolderLock(out):
@@ -184,6 +193,16 @@ def _sweep(args) -> int:
     return sweep_main(args)
 
 
+def _trace(args) -> int:
+    from .capture import export_trace
+
+    out, rows, skipped = export_trace(args.run_dir, args.out, args.run)
+    print(f"wrote {out}: {rows} rows (iteration x worker)"
+          + (f"; skipped {len(skipped)} iteration(s) in which some worker had no times" if skipped else ""))
+    print(f'replay: [delay] name = "trace", trace = "{out}", normalize = false, offset = 0')
+    return 0
+
+
 def _report(args) -> int:
     from .report import report_main
 
@@ -191,4 +210,4 @@ def _report(args) -> int:
 
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
-             "compare": _compare, "sweep": _sweep, "report": _report}
+             "compare": _compare, "sweep": _sweep, "trace": _trace, "report": _report}

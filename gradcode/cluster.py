@@ -47,11 +47,16 @@ def evaluates_loss(t: int, iterations: int, loss_every: int) -> bool:
     return t % loss_every == 0 or t == iterations - 1
 
 
-def run_finished(rec: dict[str, Any] | None, target_loss: float | None, time_budget: float | None) -> bool:
-    """Does the run stop after this record: time budget spent, or target loss reached?"""
+def run_finished(rec: dict[str, Any] | None, target_loss: float | None, time_budget: float | None,
+                 target_accuracy: float | None = None) -> bool:
+    """Does the run stop after this record: time budget spent, target loss reached, or target held-out accuracy
+    reached (on an iteration that evaluated it, ``eval_every``)?"""
     if rec is None:
         return False
     if time_budget is not None and rec["end"] >= time_budget:
+        return True
+    if (target_accuracy is not None and rec.get("test_accuracy") is not None
+            and rec["test_accuracy"] >= target_accuracy):
         return True
     return target_loss is not None and rec["loss"] is not None and rec["loss"] <= target_loss
 
@@ -361,6 +366,48 @@ def worker_values(rec: dict[str, Any], key: str, n: int) -> np.ndarray | None:
     return np.full(n, values.item()) if values.ndim == 0 else values
 
 
+# per-worker times of one iteration (``docs/design.md#records``); above this many workers they are left out
+WORKER_TIMES_MAX_N = 10_000
+WORKER_TIME_KEYS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
+
+
+def worker_times(start: float, *, plan_received, compute, sent, arrived, delay, as_lists: bool = True
+                 ) -> dict[str, Any]:
+    """The record's per-worker timing: every argument an ``n``-long array with NaN for a worker that took no part
+    (or where the cluster cannot know, e.g. on MPI a message that had not arrived when the iteration ended);
+    ``plan_received``, ``sent`` and ``arrived`` are absolute times on the record's clock (stored relative to
+    ``start``), ``compute`` and ``delay`` durations; ``delay=None``: nothing injected (natural timing).
+
+    Stored as lists with None (``as_lists``), or kept as float arrays with NaN (timing-only records, written out
+    as lists with null by :func:`jsonable`); left out entirely at ``n >= WORKER_TIMES_MAX_N`` (huge timing-only
+    runs: five ``n``-long arrays a record would dwarf the rest). Read them back with :func:`record_worker_times`.
+
+    >>> f = worker_times(1.0, plan_received=np.array([1.0, np.nan]), compute=np.array([0.5, np.nan]),
+    ...                  sent=np.array([1.5, np.nan]), arrived=np.array([1.75, np.nan]), delay=None)
+    >>> f["worker_sent"], f["worker_delay"]
+    ([0.5, None], [None, None])
+    """
+    n = len(compute)
+    if n >= WORKER_TIMES_MAX_N:
+        return {}
+    nan = np.full(n, np.nan)
+    values = (np.asarray(plan_received, dtype=float) - start, np.asarray(compute, dtype=float),
+              np.asarray(sent, dtype=float) - start, np.asarray(arrived, dtype=float) - start,
+              nan if delay is None else np.asarray(delay, dtype=float))
+    if not as_lists:
+        return dict(zip(WORKER_TIME_KEYS, values, strict=True))
+    return {key: [None if math.isnan(x) else x for x in v.tolist()]
+            for key, v in zip(WORKER_TIME_KEYS, values, strict=True)}
+
+
+def record_worker_times(rec: dict[str, Any], key: str) -> np.ndarray | None:
+    """One per-worker timing field of a record as a float array (NaN where it is null); None if absent."""
+    value = rec.get(key)
+    if value is None:
+        return None
+    return np.array([np.nan if x is None else x for x in value], dtype=float)
+
+
 def compact_load(load, as_list: bool = True):
     """A record's ``load``: :func:`per_worker` of every worker's load units."""
     return per_worker(load, as_list)
@@ -406,6 +453,8 @@ def record_responders(rec: dict[str, Any], n: int) -> list[int]:
 def jsonable(x):
     """``json.dumps``'s ``default``: numpy arrays and scalars as Python lists and numbers."""
     if isinstance(x, np.ndarray):
+        if x.dtype.kind == "f" and np.isnan(x).any():    # NaN marks "no value" (worker_times): JSON null
+            return [None if v != v else v for v in x.tolist()]
         return x.tolist()
     if isinstance(x, np.generic):
         return x.item()
@@ -440,10 +489,10 @@ def write_summary(folder: str | Path, summary: dict[str, Any]) -> Path:
 
 
 def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None,
-              target_accuracy: float | None = None) -> dict[str, Any]:
+              target_accuracy: float | None = None, resolution: float = 0.0) -> dict[str, Any]:
     """Aggregate a run's records (never recomputes what the cluster measured). ``time_to_target``: the ``end`` of
     the first record whose loss reaches ``target_loss``; ``time_to_target_accuracy``: of the first whose held-out
-    ``test_accuracy`` reaches ``target_accuracy`` (None if never)."""
+    ``test_accuracy`` reaches ``target_accuracy`` (None if never). ``resolution``: see :func:`overhead_ratios`."""
     if not records:
         return {"iterations": 0}
     durations = np.array([r["end"] - r["start"] for r in records])
@@ -467,7 +516,7 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "final_loss": losses[-1] if losses else None,
     }
     summary["wasted_fraction"] = summary["wasted"] / summary["computed"] if summary["computed"] > 0 else None
-    summary.update(overhead_ratios(records, durations))
+    summary.update(overhead_ratios(records, durations, resolution))
     if target_loss is not None:
         hit = next((r["end"] for r in records if r.get("loss") is not None and r["loss"] <= target_loss), None)
         summary["target_loss"] = target_loss
@@ -483,14 +532,17 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
     return summary
 
 
-def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray) -> dict[str, Any]:
+def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray, resolution: float = 0.0
+                    ) -> dict[str, Any]:
     """Measured over ideal time (1 on the virtual clock; on MPI, the runtime's overhead): ``overhead_ratio`` of the
-    totals and ``median_overhead_ratio`` of the iterations. An ideal time of zero (zero injected delay) has no
-    ratio: such iterations are left out (None if all are, with ``overhead_ratio_note`` saying why). Zero means
-    below the round-off of the clock readings it is computed from (1e-12 of the largest ``end``). A tiny positive
-    ideal time gives a huge ratio, and rightly: the overhead is that many times the work emulated."""
+    totals and ``median_overhead_ratio`` of the iterations. An ideal time of zero (zero injected delay, natural
+    timing) has no ratio: such iterations are left out (None if all are, with ``overhead_ratio_note`` saying why).
+    Zero means at most the cluster's ``resolution`` (in record time units; on MPI about a millisecond of wall
+    time, the runtime's own per-iteration cost, so a ratio over less would measure the runtime alone) or the
+    round-off of the clock readings (1e-12 of the largest ``end``). Above it a small ideal time gives a large
+    ratio, and rightly: the overhead is that many times the work emulated."""
     ideal = np.array([r["ideal_end"] - r["start"] for r in records])
-    floor = 1e-12 * max(abs(r["end"]) for r in records)
+    floor = max(1e-12 * max(abs(r["end"]) for r in records), resolution)
     timed = ideal > floor
     total, total_ideal = float(records[-1]["end"] - records[0]["start"]), float(ideal.sum())
     out: dict[str, Any] = {
@@ -498,7 +550,8 @@ def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray) -> dic
         "median_overhead_ratio": float(np.median(durations[timed] / ideal[timed])) if timed.any() else None}
     if not timed.all():
         out["overhead_ratio_note"] = (f"{int((~timed).sum())} of {len(records)} iterations have an ideal time of 0 "
-                                      "(zero injected delay): no ratio for them")
+                                      "(zero injected delay, or natural timing) or below the cluster's resolution "
+                                      f"({floor:.3g} time units): no ratio for them")
     return out
 
 
@@ -514,6 +567,7 @@ class Driver:
     """
 
     recording = True
+    resolution = 0.0    # ideal times up to this (record time units) have no overhead ratio (overhead_ratios)
 
     def __init__(self, scheme: Scheme, workload, *, iterations: int, lr: float | None = None, loss_every: int = 1,
                  target_loss: float | None = None, time_budget: float | None = None, optimizer: str = "sgd",
@@ -549,13 +603,14 @@ class Driver:
         return rec
 
     def finished(self, rec: dict[str, Any] | None) -> bool:
-        return run_finished(rec, self.target_loss, self.time_budget)
+        return run_finished(rec, self.target_loss, self.time_budget, self.target_accuracy)
 
     def emit(self, rec: dict[str, Any]) -> None:
         """A finished record leaves the loop (to a file, a callback, ...)."""
 
     def summary(self) -> dict[str, Any]:
-        summary = summarize(self.records, target_loss=self.target_loss, target_accuracy=self.target_accuracy)
+        summary = summarize(self.records, target_loss=self.target_loss, target_accuracy=self.target_accuracy,
+                            resolution=self.resolution)
         if self.records:
             summary.update(self.summary_extras())
         return summary

@@ -177,6 +177,11 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
     runs = [_plan(spec, c, di, si, seed, delay_labels, scheme_labels, quick, units[si])
             for c in clusters for di in delays for si in range(len(spec.schemes)) for seed in seeds]
     _check_mpi(next((r for r in runs if r.cluster == "mpi"), None))
+    if "sim" in clusters:   # natural timing has nothing to simulate: refuse before any run
+        from .sim import check_simulable
+
+        for label, table in zip(delay_labels, spec.delays, strict=True):
+            check_simulable(_unlabelled(table), f"delay {label!r} under [cluster] kind = {kind!r}:")
     return Experiment(name=name, spec=spec, clusters=clusters, runs=runs, notes=notes, quick=quick)
 
 

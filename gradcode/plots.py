@@ -7,12 +7,13 @@
 - ``adaptive.png``: ``k``, the per-worker load and DropCompute's ``tau`` against the iteration, for the schemes
   that adapt them (the class attribute ``Scheme.adapts``); not drawn when no scheme adapts anything;
 - ``timeline.png``: the first iterations of a few schemes (the lowest ``Scheme.timeline_rank`` first), one row per
-  worker, titled with the cluster, delay model, seed and the schemes shown. Simulated runs record every worker's
-  own ``[begin, arrival]`` (``busy``), drawn as is, coloured by role: *busy* (a responder whose message was used),
-  *waited-for* (the responder whose arrival ended the iteration), *wasted* (work that was discarded, often running
-  on into the next iteration: a late worker finishes it first), *idle*. Records without ``busy`` (MPI runs) hold
-  only each iteration's start, end, ordered responders and loads, so there every bar spans the whole iteration and
-  only its colour carries the role.
+  worker, titled with the cluster, delay model, seed and the schemes shown. Both clusters record every worker's
+  own times (``worker_plan_received``, ``worker_compute``, ``worker_sent``, ``worker_arrived``;
+  ``docs/design.md#records``): each worker's bar spans from when it got the plan to when its message arrived (to
+  the end of its compute, or of the iteration, when none arrived), its compute hatched inside it, coloured by role:
+  *busy* (a responder whose message was used), *waited-for* (the responder whose arrival ended the iteration),
+  *wasted* (work that was discarded, often running on into the next iteration: a late worker finishes it first),
+  *idle*. Older records fall back to ``busy`` spans, or to bars spanning the whole iteration.
 
 Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise). Panels wrap at
 three per row, and a legend sits outside the axes (one per figure, the same colour per scheme in every panel), so
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import record_load, record_responders
+from .cluster import record_load, record_responders, record_worker_times
 from .report import scheme_class
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
@@ -270,6 +271,16 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
     for (ax,), run in zip(grid, shown, strict=True):
         for rec in run.records[:iterations]:
             n = _workers(run, rec)
+            bars = worker_bars(rec, n)
+            if bars is not None:
+                for worker, left, width, computed, role in bars:
+                    ax.barh(worker, width, left=left, color=ROLE_COLOURS[role], edgecolor="black", lw=0.3,
+                            height=0.8)
+                    if computed > 0:
+                        ax.barh(worker, computed, left=left, color="none", edgecolor="black", lw=0, hatch="///",
+                                height=0.8)
+                ax.axvline(rec["end"], color="black", lw=0.5, alpha=0.5)
+                continue
             if rec.get("busy") is not None:
                 _exact_bars(ax, rec, n)
                 continue
@@ -282,8 +293,9 @@ def timeline(runs: list, path: Path, iterations: int = 6, panels: int = 4) -> No
         ax.set(title=run.meta["scheme"], xlabel="time", ylabel="worker")
     from matplotlib.patches import Patch
 
-    fig.legend(handles=[Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()],
-               fontsize=7, loc="outside lower center", ncol=len(ROLE_COLOURS))   # below: the title spans the top
+    handles = [Patch(facecolor=c, edgecolor="black", label=k) for k, c in ROLE_COLOURS.items()]
+    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="compute (worker_compute)"))
+    fig.legend(handles=handles, fontsize=7, loc="outside lower center", ncol=len(handles))  # below: the title is on top
     width = int(fig.get_figwidth() * 12)   # characters of a 10-point title per line, about
     fig.suptitle("\n".join(textwrap.wrap(timeline_title(first, shown, iterations), width)), fontsize=10)
     _save(fig, path)
@@ -301,6 +313,32 @@ def _workers(run, rec: dict) -> int:
     if isinstance(rec["responders"], dict):
         return rec["responders"]["count"] + len(rec["responders"]["stragglers"])
     return max(rec["responders"], default=0) + 1
+
+
+def worker_bars(rec: dict, n: int) -> list[tuple[int, float, float, float, str]] | None:
+    """``(worker, left, width, compute, role)`` per worker that took part, from the record's per-worker times
+    (either cluster); None if the record has none. A bar runs from the plan's receipt to the message's arrival,
+    or, when none arrived by the end, to the end of the worker's compute if known, else to the iteration's end."""
+    received = record_worker_times(rec, "worker_plan_received")
+    if received is None:
+        return None
+    compute = record_worker_times(rec, "worker_compute")
+    arrived = record_worker_times(rec, "worker_arrived")
+    start, end = rec["start"], rec["end"]
+    roles = _roles(rec, n)
+    used = [i for i in record_responders(rec, n) if not math.isnan(arrived[i])]
+    if used:   # the responder that arrived last ended the iteration
+        roles[max(used, key=lambda i: arrived[i])] = "waited-for"
+    bars = []
+    for i in range(len(received)):
+        if math.isnan(received[i]):
+            continue
+        left = start + received[i]
+        stop = arrived[i] if not math.isnan(arrived[i]) else (
+            received[i] + compute[i] if not math.isnan(compute[i]) else end - start)
+        computed = 0.0 if math.isnan(compute[i]) else float(compute[i])
+        bars.append((i, left, max(start + stop - left, 0.0), computed, roles[i]))
+    return bars
 
 
 def _exact_bars(ax, rec: dict, n: int) -> None:

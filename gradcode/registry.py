@@ -297,7 +297,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
 
 DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {
     name: f"gradcode.delays:{cls}" for name, cls in {
-        "constant": "ConstantDelay", "shifted_exponential": "ShiftedExponentialDelay",
+        "constant": "ConstantDelay", "none": "NoDelay", "shifted_exponential": "ShiftedExponentialDelay",
         "exponential": "ExponentialDelay", "pareto": "ParetoDelay", "lognormal": "LognormalDelay",
         "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
         "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay",

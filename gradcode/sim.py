@@ -51,6 +51,7 @@ from .cluster import (
     stream_iteration,
     summarize,
     work_done,
+    worker_times,
     write_summary,
 )
 from .delays import make_delay
@@ -60,7 +61,7 @@ from .schemes import Scheme
 from .schemes._base import Plan
 from .workloads import make_workload
 
-__all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "simulate"]
+__all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
 
 
 @dataclass
@@ -98,6 +99,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     if not isinstance(scheme, Scheme):
         raise ConfigError(f"simulate needs a scheme object (see gradcode.make_scheme), got {type(scheme).__name__}")
     delay = make_delay(delay)
+    check_simulable(delay)
     delay.check_workers(scheme.n)
     workload = None if workload is None else make_workload(workload)
     iterations = check_int("iterations", iterations, low=1)
@@ -126,6 +128,15 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     records = cluster.run()
     cluster.close()
     return SimResult(records, cluster.summary(), params=cluster.w)
+
+
+def check_simulable(delay, where: str = "[delay]") -> None:
+    """Natural timing (the ``none`` delay model) times real work: the simulator has none, so it refuses it (zero
+    times everywhere would make every scheme look free) and says what to do instead."""
+    if not make_delay(delay).injects:
+        raise ConfigError(f"{where} name = \"none\": natural timing is MPI-only (workers' real compute and transfer "
+                          "times); the simulator needs a delay model: capture an MPI run's times and replay them "
+                          "with the trace delay model, or pick one of gradcode.list_delays()")
 
 
 def _progress(enabled: bool, total: int):
@@ -175,11 +186,12 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         starts = np.concatenate(([clock], ends[:-1]))
         for j, t in enumerate(ts):
             end = float(ends[j])
+            times = _vector_times(float(starts[j]), compute[j], T[j], float(kth[j]))
             records.append(build_record(
                 scheme, int(t), float(starts[j]), end, ideal_end=end, responders=order[j], load=plan.load,
                 messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j] - load[order[j]].sum()),
-                combined=None, loss=None, grad_error=None, measured={"used": float(load[order[j]].sum())},
-                as_lists=False))
+                combined=None, loss=None, grad_error=None,
+                measured={"used": float(load[order[j]].sum()), **times}, as_lists=False))
         clock = float(ends[-1])
     return records
 
@@ -232,6 +244,7 @@ class SimulatedCluster(Driver):
             truth = partials.sum(axis=0)
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
             measured["busy"] = _spans(begin, it.arrive, it.started)
+        measured.update(_master_times(start, it, compute[0], comm[0], as_lists=self.workload is not None))
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, responders=it.responders,
                                     messages=int(it.started.sum()), computed=float(done.sum()),
                                     worker_computed=done, combined=combined, truth=truth, **measured)
@@ -256,6 +269,7 @@ class SimulatedCluster(Driver):
                 arrive[i] = max(arrive[i], a)
             last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
             measured["busy"] = _spans(begin, last, it.started)
+        measured.update(_stream_times(start, it, compute, comm, as_lists=self.workload is not None))
         return self.conclude_stream(t, plan, start, it.end, ideal_end=it.end, stream=it, combined=combined,
                                     truth=truth, **measured)
 
@@ -271,6 +285,10 @@ class SimulatedCluster(Driver):
             combined = self.scheme.combine(partials[kept], kept, plan)
             truth = partials.sum(axis=0)
             measured["busy"] = _spans(np.full(self.n, start), start + schedule.stop, np.ones(self.n, dtype=bool))
+        ready = start + schedule.ready    # a worker joins the All-Reduce once its chunks and its comm are done
+        measured.update(worker_times(start, plan_received=np.full(self.n, start), compute=schedule.stop,
+                                     sent=ready, arrived=np.full(self.n, end), delay=schedule.ready,
+                                     as_lists=self.workload is not None))
         return self.conclude_all_reduce(t, plan, start, end, ideal_end=end, schedule=schedule, micro=micro,
                                         combined=combined, truth=truth, **measured)
 
@@ -284,3 +302,40 @@ def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
     """``[begin, arrival]`` of every worker that took up this iteration's plan (None for the others)."""
     return [[float(b), float(a)] if ok and math.isfinite(a) else None
             for b, a, ok in zip(begin, arrive, started, strict=True)]
+
+
+# --- per-worker times for the records (gradcode.cluster.worker_times): NaN where a worker took no part ------------
+def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
+    """A master iteration's worker times: the plan taken up at ``begin``, sent ``compute`` later, arrived ``comm``
+    after that; sent and arrival only for a message that arrived by the end (as on MPI, where no other is known)."""
+    took = it.started
+    answered = took & (it.arrive <= it.end)
+    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=np.where(took, compute, np.nan),
+                        sent=np.where(answered, it.arrive - comm, np.nan),
+                        arrived=np.where(answered, it.arrive, np.nan), delay=np.where(took, compute + comm, np.nan),
+                        as_lists=as_lists)
+
+
+def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
+    """A streamed iteration's worker times: sent and arrival of each worker's last message received by the end, and
+    its compute up to that message (as an MPI worker reports it), else that of the chunks it did."""
+    n = len(it.begin)
+    sent, arrived = np.full(n, np.nan), np.full(n, np.nan)
+    chunks = np.maximum(np.isfinite(it.chunk_end).sum(axis=1), 1)    # each worker's (finite ends past its last: inf)
+    with np.errstate(invalid="ignore"):
+        done = np.where(it.started, compute * it.done / chunks, np.nan)
+    for (i, c), a in zip(it.received, it.arrive, strict=True):
+        if not a < arrived[i]:       # the latest (NaN compares False: the first one counts)
+            sent[i], arrived[i] = it.chunk_end[i, c - 1], a
+            done[i] = it.chunk_end[i, c - 1] - it.begin[i]
+    took = it.started
+    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
+                        arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
+
+
+def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:
+    """The vectorised timing path's worker times (every worker begins at ``start``; arrival by ``kth`` counts)."""
+    answered = response <= kth
+    return worker_times(start, plan_received=np.full(len(compute), start), compute=compute,
+                        sent=np.where(answered, start + compute, np.nan),
+                        arrived=np.where(answered, start + response, np.nan), delay=response, as_lists=False)

@@ -63,6 +63,8 @@ _RUN = {
               ("float", 0.0, True)),
     "startup_timeout": ("MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
                         ("float", 0.0, True)),
+    "inject": ("MPI: 'wait' (default: wait out the emulated delay from the iteration's start) or 'add' (sleep it "
+               "after the real compute)", None),
     "batch": ("samples per partition mini-batch (default: whole partition)", ("int", 1, False)),
     "optimizer": ("the update: 'sgd' (default), 'momentum' or 'nesterov' (gradcode.optim)", None),
     "momentum": ("momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", ("float", 0.0, False)),
@@ -71,6 +73,7 @@ _RUN = {
     "target_accuracy": ("report the time to this held-out accuracy (time_to_target_accuracy)",
                         ("float", 0.0, False)),
 }
+INJECT_MODES = ("wait", "add")   # how an MPI worker injects its emulated delay ([run] inject)
 TRAINING_KEYS = ("optimizer", "momentum", "eval_every", "target_accuracy")   # passed on to the cluster's Driver
 RUN_KEYS = {key: meaning for key, (meaning, _) in _RUN.items()}
 RUN_NUMBERS = {key: rule for key, (_, rule) in _RUN.items() if rule is not None}
@@ -257,6 +260,9 @@ def check_run(run: dict) -> None:
             Optimizer(run.get("optimizer", "sgd"), run.get("momentum", 0.9))
     except ConfigError as err:
         raise ConfigError(f"[run] {err}") from None
+    if run.get("inject", "wait") not in INJECT_MODES:
+        raise ConfigError(f"[run] inject = {run['inject']!r}: accepted: {', '.join(map(repr, INJECT_MODES))} "
+                          "(wait out the emulated delay from the iteration's start, or add it after the real compute)")
     if "seeds" in run:
         seeds = run["seeds"]
         if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)

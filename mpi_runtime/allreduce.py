@@ -13,9 +13,10 @@ its emulated communication time and joins a non-blocking All-Reduce (``Iallreduc
 chunks kept]``; every rank applies ``scheme.combine_sum`` and ``w -= lr * g``, and calls ``scheme.observe`` with the
 step's times (the same on every rank, so an automatic ``tau`` is the same everywhere).
 
-Each step every rank contributes a row ``[kept, compute time, overrun, non-finite, wall time when done]`` to an
-``Iallgather``. Rank 0 takes part with zero contribution and writes the records (``end`` is when its All-Reduce and
-All-Gather completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). A worker whose
+Each step every rank contributes a row ``[kept, compute time, overrun, non-finite, wall time when done, real
+compute seconds, seconds to joining]`` to an ``Iallgather``; the last two give the records' per-worker times.
+Rank 0 takes part with zero contribution and writes the records (``end`` is when its All-Reduce and All-Gather
+completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). A worker whose
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so the models of different ranks may drift apart
 by round-off; rank 0's is the one recorded. The loop, the update, the evaluation and the record are
@@ -34,7 +35,14 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.cluster import Driver, RecordWriter, SimulationError, all_reduce_schedule, write_summary
+from gradcode.cluster import (
+    Driver,
+    RecordWriter,
+    SimulationError,
+    all_reduce_schedule,
+    worker_times,
+    write_summary,
+)
 from gradcode.schemes._base import Schedule
 
 from . import protocol as P
@@ -43,7 +51,8 @@ from .faults import Faults
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure
 
-INFO = 5   # kept, compute time (model units), overrun, non-finite, wall time when done (time.time)
+INFO = 7   # kept, compute time (model units), overrun, non-finite, wall time when done (time.time), real compute
+#           seconds, seconds from this rank's start of the step to joining the All-Reduce (its own clock)
 
 
 class Decentralized(Driver):
@@ -56,6 +65,7 @@ class Decentralized(Driver):
         self.recording = self.rank == 0
         self.i = self.rank - 1
         self.scale = cfg.time_scale
+        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
         self.d = workload.dim
         self.send = np.zeros(self.d + 1)
         self.total = np.zeros(self.d + 1)
@@ -104,7 +114,7 @@ class Decentralized(Driver):
     def finished(self, rec: dict[str, Any] | None) -> bool:
         """Rank 0 decides (target loss / time budget) and tells every rank."""
         stop = super().finished(rec)
-        if self.target_loss is not None or self.time_budget is not None:
+        if self.target_loss is not None or self.time_budget is not None or self.target_accuracy is not None:
             flag = np.array([1.0 if stop else 0.0])
             self.due = time.time()
             self._wait(self.comm.Ibcast(flag, root=0), "the stop decision (Ibcast)")
@@ -117,6 +127,7 @@ class Decentralized(Driver):
 
     def all_reduce(self, t: int, plan) -> dict[str, Any] | None:
         self.t = t
+        began = time.time()      # this rank's start of the step (its previous collectives are done)
         start = self.next_start
         self.faults.maybe_crash(t)
         try:
@@ -128,7 +139,7 @@ class Decentralized(Driver):
         self.row[:] = 0.0
         self.due = self.step_begin + schedule.duration * self.scale
         if self.rank > 0:
-            self._compute(t, plan, schedule)
+            self._compute(t, plan, schedule, began)
         self._wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM), "the All-Reduce")
         combined = self.scheme.combine_sum(self.total[:self.d], int(round(self.total[self.d])), plan)
         self._wait(self.comm.Iallgather(self.row, self.rows), "the All-Gather")
@@ -136,7 +147,7 @@ class Decentralized(Driver):
         workers = self.rows[1:]
         # every rank starts the next step's emulated schedule at the same instant: when the last worker was done
         self.step_begin = max(float(workers[:, 4].max()), self.step_begin)
-        measured = self._measured(t, workers) if self.recording else {}
+        measured = self._measured(t, workers, start, end, schedule) if self.recording else {}
         return self.conclude_all_reduce(t, plan, start, end, ideal_end=start + schedule.duration,
                                         schedule=dataclasses.replace(schedule, kept=workers[:, 0]), micro=micro,
                                         combined=combined, **measured)
@@ -163,17 +174,25 @@ class Decentralized(Driver):
         raise RunFailure(f"{where}: {who(silent)} stopped answering{self.peers.states(silent)}")
 
     # --- one worker's chunks --------------------------------------------------------------------------------
-    def _compute(self, t: int, plan, schedule: Schedule) -> None:
+    def _compute(self, t: int, plan, schedule: Schedule, began: float) -> None:
         """Run this worker's row of the schedule from the step's common start ``begin``: each chunk it starts is a
         real gradient, then a sleep until the chunk's emulated end (real compute and the collectives' own time
-        count toward it instead of adding to it; an overrun is flagged); only the kept chunks are summed."""
+        count toward it instead of adding to it; an overrun is flagged); only the kept chunks are summed. Under
+        ``[run] inject = "add"`` every emulated time comes after the real compute instead (shifted by it)."""
         i, begin = self.i, self.step_begin
         overrun = False
+        real = 0.0
         for m in range(int(schedule.started[i])):
+            tick = time.time()
             g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.n_parts, plan.batch)[0]
+            real += time.time() - tick
+            if self.cfg.inject == "add":
+                begin = self.step_begin + real
             until = begin + schedule.chunk_end[i, m] * self.scale
             emulated = schedule.chunk_end[i, m] - (schedule.chunk_end[i, m - 1] if m else 0.0)
-            overrun |= emulated > 0 and time.time() > until    # a chunk of zero emulated time has nothing to overrun
+            # a chunk of (next to) zero emulated time has nothing to overrun (below the runtime's resolution, as for
+            # the overhead ratio), nor has an added delay
+            overrun |= emulated * self.scale >= P.RESOLUTION and self.cfg.inject != "add" and time.time() > until
             P.sleep_until(until)
             if m < schedule.kept[i]:
                 self.send[:self.d] += g
@@ -184,14 +203,24 @@ class Decentralized(Driver):
         if bad:
             self.send[:] = 0.0    # an erasure: contribute nothing this step
         self.send[self.d] = kept
-        self.row[:] = (kept, schedule.stop[i], float(overrun), float(bad), time.time())
+        done = time.time()
+        self.row[:] = (kept, schedule.stop[i], float(overrun), float(bad), done, real, done - began)
 
     # --- rank 0 ---------------------------------------------------------------------------------------------
-    def _measured(self, t: int, workers: np.ndarray) -> dict[str, Any]:
-        """What the workers reported, for the record: erasures (logged), overruns, compute times."""
+    def _measured(self, t: int, workers: np.ndarray, start: float, end: float, schedule: Schedule
+                  ) -> dict[str, Any]:
+        """What the workers reported, for the record: erasures (logged), overruns, compute times, and the
+        per-worker times (:func:`gradcode.cluster.worker_times`): every worker takes the step up at its start
+        (the previous All-Reduce's result is its plan), joins the All-Reduce after its own measured duration
+        (its clock's difference, no offset between ranks; at most the step's end), and its contribution is in at
+        the end, when rank 0's collectives complete."""
         erasures = [int(i) for i in np.flatnonzero(workers[:, 3])]
         for i in erasures:
             print(f"mpi_runtime: rank 0: step {t}: worker {i} (rank {i + 1}) computed non-finite values; "
                   "treated as an erasure", file=sys.stderr, flush=True)
         return {"erasures": erasures, "overruns": [int(i) for i in np.flatnonzero(workers[:, 2])],
-                "compute_times": [float(x) for x in workers[:, 1]]}
+                "compute_times": [float(x) for x in workers[:, 1]],
+                **worker_times(start, plan_received=np.full(self.n, start), compute=workers[:, 5] / self.scale,
+                               sent=np.minimum(start + workers[:, 6] / self.scale, end),
+                               arrived=np.full(self.n, end),
+                               delay=schedule.ready if self.delay.injects else None)}

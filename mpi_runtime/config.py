@@ -41,6 +41,7 @@ class RunConfig:
     grace: float
     startup_timeout: float = DEFAULT_STARTUP
     late_workers: str = "finish"
+    inject: str = "wait"        # [run] inject: "wait" (from the iteration's start) or "add" (after the real compute)
     training: dict[str, Any] = field(default_factory=dict)   # optimizer, momentum, eval_every, target_accuracy
 
     @property
@@ -103,5 +104,6 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         target_loss=kwargs.get("target_loss"),
         time_budget=kwargs.get("time_budget"),
         time_scale=time_scale, grace=grace, startup_timeout=startup, late_workers=late,
+        inject=spec.run.get("inject", "wait"),   # checked by load_spec / check_run
         training=training_kwargs(spec),
     )

@@ -62,7 +62,15 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.cluster import Arrivals, Driver, RecordWriter, SimulationError, master_iteration, write_summary
+from gradcode.cluster import (
+    Arrivals,
+    Driver,
+    RecordWriter,
+    SimulationError,
+    master_iteration,
+    worker_times,
+    write_summary,
+)
 
 from . import protocol as P
 from .config import RunConfig
@@ -79,6 +87,7 @@ class Master(Driver):
         self.peers, self.faults = peers, faults
         self.capacity = capacity
         self.scale = cfg.time_scale
+        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
         d = workload.dim
         self.length, self.is_complex = P.message_layout(scheme, d)
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
@@ -110,6 +119,11 @@ class Master(Driver):
         self.off_clock = 0.0     # seconds spent in evaluate so far: not counted by now()
         self.evaluation_s = 0.0  # ... and in this iteration
         self.log = _Log()
+        # per-worker times of the current iteration (the records' worker_* fields, see _stamp and _worker_times)
+        self.plan_at = np.full(self.n, np.nan)   # master clock (model units) when it sent the worker's plan
+        self.plan_iter = np.full(self.n, -1)     # ... of that iteration
+        self.t_now = -1
+        self.heard = {key: np.full(self.n, np.nan) for key in ("arrived", "compute", "held", "delay")}
 
     def now(self) -> float:
         """Model time units since the run start, without the time spent evaluating the loss for the records."""
@@ -165,6 +179,7 @@ class Master(Driver):
         tick = time.perf_counter()
         self.slot = self.slots.publish(t, self.w, self.slot_of[self.busy >= 0])
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
+        self._new_times(t)
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         idle = np.flatnonzero(self.busy < 0)
@@ -186,7 +201,8 @@ class Master(Driver):
                                    responders=responders, messages=self.stats["sent"],
                                    computed=self.stats["computed"], combined=self._combine(plan, responders),
                                    stale=self.stats["stale"], erasures=self.stats["erasures"],
-                                   overruns=self.stats["overruns"], ideal_responders=ideal_responders)
+                                   overruns=self.stats["overruns"], ideal_responders=ideal_responders,
+                                   **self._worker_times(t, start))
         master_s = send_s + time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
         return rec
@@ -213,6 +229,7 @@ class Master(Driver):
         tick = time.perf_counter()
         self.slot = -1
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
+        self._new_times(t)
         for i in range(self.n):
             if self.recv_reqs[i] == MPI.REQUEST_NULL:
                 self._post(i)
@@ -244,7 +261,8 @@ class Master(Driver):
         rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
-                                   ideal_responders=list(dict.fromkeys(i for i, _ in ideal.received)))
+                                   ideal_responders=list(dict.fromkeys(i for i, _ in ideal.received)),
+                                   **self._worker_times(t, start))
         master_s = send_s + time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
         return rec
@@ -263,6 +281,7 @@ class Master(Driver):
                 last = time.perf_counter()
                 hdr = self.recv_bufs[i]
                 t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
+                heard = self._heard(hdr)    # read before the buffer is reposted
                 payload = None if kind == P.MARKER else P.from_payload(self.payloads[i], self.is_complex).copy()
                 self._post(i)          # the buffer is read: the worker's next result may come in
                 if kind != P.MESSAGE and self.busy[i] == t_msg:
@@ -281,6 +300,7 @@ class Master(Driver):
                     continue           # after the stop, in the same poll: not used
                 received.append((i, c))
                 messages.append(payload)
+                self._stamp(i, heard)     # its last message received so far
             if received and self.policy.stream_holds(received, plan, fallback):
                 return received, messages
             if self.policy.out_of_time(received, self.now() - start, plan):
@@ -338,6 +358,7 @@ class Master(Driver):
             self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
         self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
         self.busy[i], self.slot_of[i] = t, self.slot
+        self.plan_at[i], self.plan_iter[i] = self.now(), t
         self.stats["sent"] += 1
         self.stats["computed"] += float(plan.load[i])
 
@@ -386,6 +407,8 @@ class Master(Driver):
         for i in done:
             self.busy[i] = -1
             self.recv_reqs[i] = MPI.REQUEST_NULL
+            if int(self.recv_bufs[i][0]) == self.t_now:
+                self._stamp(i, self._heard(self.recv_bufs[i]))
         if self.shared:
             self.shared.sync()     # their payloads were written before the headers that announce them were sent
         return sorted(done, key=lambda i: self.recv_bufs[i][5])
@@ -426,6 +449,35 @@ class Master(Driver):
             hdr = self.recv_bufs[i]
             if int(hdr[0]) != t:
                 self.stats["stale"] += 1
+
+    # --- per-worker times -----------------------------------------------------------------------------------
+    def _new_times(self, t: int) -> None:
+        self.t_now = t
+        for values in self.heard.values():
+            values.fill(np.nan)
+
+    def _heard(self, hdr: np.ndarray) -> tuple[float, float, float]:
+        """From a result header: the worker's compute, its time from taking the plan up to sending (both its own
+        durations, in model units: no clock offset between ranks enters) and its emulated delay."""
+        return hdr[2] / self.scale, (hdr[5] - hdr[8]) / self.scale, hdr[3] / self.scale
+
+    def _stamp(self, i: int, heard: tuple[float, float, float]) -> None:
+        """Worker ``i``'s message of the current iteration arrived now (the master's clock)."""
+        self.heard["arrived"][i] = self.now()
+        self.heard["compute"][i], self.heard["held"][i], self.heard["delay"][i] = heard
+
+    def _worker_times(self, t: int, start: float) -> dict[str, Any]:
+        """The record's ``worker_*`` fields (:func:`gradcode.cluster.worker_times`). Clocks: when the plan left
+        and when the answer arrived are the master's readings; ``sent`` is the plan's departure plus the worker's
+        own duration from taking it up to sending, so no offset between the ranks' clocks enters. The plan reached
+        the worker after it left, so this is at most the true send time, itself before the arrival (``min``
+        guards the round-off)."""
+        heard = self.heard
+        plan_received = np.where(self.plan_iter == t, self.plan_at, np.nan)
+        sent = np.fmin(plan_received + heard["held"], heard["arrived"])
+        sent[np.isnan(heard["arrived"])] = np.nan
+        return worker_times(start, plan_received=plan_received, compute=heard["compute"], sent=sent,
+                            arrived=heard["arrived"], delay=heard["delay"] if self.delay.injects else None)
 
     # --- combine and update ---------------------------------------------------------------------------------
     def _combine(self, plan, responders: list[int]):

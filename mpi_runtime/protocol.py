@@ -7,8 +7,9 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
   model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
   is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
-  wall time]``, followed by the message (``L`` values; a complex message travels as its float64 view, 2 per
-  entry) unless the ranks share memory;
+  wall time, chunks done, kind, plan receipt wall time]`` (the last one added for the records' per-worker times),
+  followed by the message (``L`` values; a complex message travels as its float64 view, 2 per entry) unless the
+  ranks share memory;
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
@@ -48,6 +49,8 @@ import numpy as np
 from mpi4py import MPI
 
 POLL = 2e-4             # seconds between two tests of a pending request
+RESOLUTION = 1e-3       # seconds: the runtime's own cost per iteration is of this order (polls, sends, sleeps'
+#                         overshoot); an ideal iteration time below it has no meaningful overhead ratio
 CTRL_TAG = 32767        # STOP / ACK
 STREAM_TAG = 32766      # every result of a streaming run (the header says which iteration)
 TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
@@ -55,9 +58,11 @@ TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
 #                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
 #                         deadline tau (model units; inf: none)
-RESULT_HEADER = 8       # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
+RESULT_HEADER = 9       # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
 #                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
-#                         ended with no message to send)
+#                         ended with no message to send), wall time when the worker took the plan up. The master
+#                         keeps the worker's durations (compute, send - receipt) and not its clock readings: the
+#                         records' per-worker times are on the master's clock (cluster.worker_times)
 MESSAGE, LAST, MARKER = 0, 1, 2
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
 MODEL_SLOTS = 8         # at most this many model versions in shared memory (n + 1 always suffice, see ModelSlots)
@@ -111,7 +116,7 @@ def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = No
 def message_layout(scheme, d: int) -> tuple[int, bool]:
     """``(float64 values per message, complex?)``: complex codes send real and imaginary parts."""
     length = scheme.message_size(d)   # 2 d for a complex code: real and imaginary parts travel as float64
-    return length, length != d
+    return length, length == 2 * d    # (shorter for partial_coded with l > 1: d / l real numbers)
 
 
 def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:

@@ -69,6 +69,7 @@ class Worker:
         self.late = cfg.late_workers
         self.streaming = scheme.streams or self.late == "abandon"
         self.stopped = False
+        self.add = cfg.inject == "add"     # the emulated delay after the real compute, not counted from the start
         if self.streaming:     # results carry their payload inline: the next one may be written before it is read
             self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
 
@@ -137,18 +138,21 @@ class Worker:
         P.check_model(self.shared, slot, t)
         real = time.time() - received
         target = self._emulated(t, load)
-        # the real work alone took longer than a positive emulated time (a zero target has nothing to overrun)
-        overrun = target > 0 and received + real > begin + target
+        # the real work alone took longer than the emulated time; a target below the runtime's resolution (zero or
+        # tiny: the overhead ratio leaves it out too) has nothing to overrun, nor has a delay added on top of the
+        # real work (inject = "add")
+        overrun = not self.add and target >= P.RESOLUTION and received + real > begin + target
+        until = received + real + target if self.add else begin + target
         if not math.isfinite(target):
             _hang(self.peers)
         self.payload[:] = payload     # before the sleep: after it, only the header is left to write
         self.faults.maybe_poison(t, self.payload)
         if self.shared:
             self.shared.sync()        # the payload is written before the header that announces it is sent
-        if not P.sleep_until(begin + target, self._stop_came):
+        if not P.sleep_until(until, self._stop_came):
             return False
         hdr = self.result
-        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST)
+        hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST, received)
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         self._wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)), f"the result of iteration {t}")
         return True
@@ -178,6 +182,7 @@ class Worker:
             _hang(self.peers)
         scale = self.cfg.time_scale
         ends = [begin + compute * scale * (j + 1) / L for j in range(L)]
+        self.receipt, self.real, self.target = received, 0.0, (compute + comm) * scale   # for the result headers
         partials: list[np.ndarray] = []
         queue: list[tuple[float, int, np.ndarray | None]] = []    # (send time, chunks done, message)
         done = 0
@@ -185,7 +190,12 @@ class Worker:
             if j > 0 and (ends[j - 1] - begin) / scale >= tau:
                 break        # the local deadline: no further chunk
             chunk = [parts[j]] if chunked else list(parts)
+            tick = time.time()
             partials.extend(self.workload.gradients(w, t, chunk, n_parts, batch))
+            spent = time.time() - tick
+            self.real += spent
+            if self.add:     # this chunk's emulated time after its real compute: every later end moves too
+                ends[j:] = [e + spent for e in ends[j:]]
             state = self._until(ends[j], queue, t, interruptible=not chunked)
             if state != "on":
                 return state != "stop"
@@ -233,7 +243,7 @@ class Worker:
         if msg is not None:
             out[P.RESULT_HEADER:P.RESULT_HEADER + len(msg)] = msg
             self.faults.maybe_poison(t, out[P.RESULT_HEADER:])
-        out[:P.RESULT_HEADER] = (t, self.i, 0.0, 0.0, 0.0, time.time(), c, kind)
+        out[:P.RESULT_HEADER] = (t, self.i, self.real, self.target, 0.0, time.time(), c, kind, self.receipt)
         if last:
             self.free = out[5]
         self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")

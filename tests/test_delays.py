@@ -367,7 +367,7 @@ def test_trace_from_path_and_bad_file(tmp_path):
 def test_registry_and_specs_round_trip():
     names = list_delays()
     assert set(names) == {"shifted_exponential", "exponential", "pareto", "lognormal", "bimodal", "constant",
-                          "persistent", "mixture", "unresponsive", "trace", "straggle", "heterogeneous"}
+                          "persistent", "mixture", "unresponsive", "trace", "straggle", "heterogeneous", "none"}
     assert all(isinstance(v, str) and v for v in names.values())
     assert set(shipped_traces()) == {"bytedance-SE", "bytedance-AR", "bytedance-ST"}
     for spec in ALL_SPECS:

@@ -63,16 +63,17 @@ def test_default_spec_and_example_are_identical():
 def test_default_experiment_is_valid_and_covers_the_schemes():
     exp = load_experiment(None, mpi=NO_MPI)
     names = {r.meta["scheme_name"] for r in exp.runs}
-    assert {"sync", "fastest_k", "backup", "adaptive_k", "adaptive_k_load", "coded", "dropcompute"} <= names
+    assert {"sync", "fastest_k", "backup", "adaptive_k", "adaptive_k_load", "coded", "dropcompute", "partial_coded",
+            "anytime"} <= names
     codes = {t.get("code") for t in exp.spec.schemes if t["name"] == "coded"}
     assert {"cyclic_repetition", "expander"} <= codes          # one exact, one approximate
     delays = {r.meta["delay"] for r in exp.runs}
     assert delays == {"pareto", "trace"}
     assert exp.spec.cluster["kind"] == "both" and exp.clusters == ["sim"]
     assert "MPI runs skipped" in exp.notes[0]
-    assert len(exp.runs) == 8 * 2 * len(exp.spec.run["seeds"])
+    assert len(exp.runs) == 10 * 2 * len(exp.spec.run["seeds"])
     quick = load_experiment(None, quick=True, mpi=NO_MPI)
-    assert len(quick.runs) == 8 and all(r.spec["run"]["iterations"] <= 15 for r in quick.runs)
+    assert len(quick.runs) == 10 and all(r.spec["run"]["iterations"] <= 15 for r in quick.runs)
     assert {r.meta["delay"] for r in quick.runs} == {"pareto"}
 
 

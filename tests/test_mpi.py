@@ -128,9 +128,14 @@ def test_master_schemes_agree_with_simulator(name, tmp_path):
     mpi = _records(out)
     sim = _simulated(spec)
     assert len(mpi) == len(sim.records) == spec["run"]["iterations"]
+    from tests.test_natural import check_worker_times
+
     for a, b in zip(sim.records, mpi, strict=True):
         assert sorted(a["responders"]) == sorted(b["responders"]), (a["iteration"], a["responders"], b)
         assert b["ideal_end"] >= b["start"]
+        check_worker_times(b, 4)
+        for i in b["responders"]:     # the delay each responder waited out: the simulator's draw
+            assert b["worker_delay"][i] == pytest.approx(a["worker_delay"][i], rel=1e-9)
     _no_iteration_beats_its_ideal(mpi)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     summary = json.loads((out / "summary.json").read_text())
@@ -336,7 +341,7 @@ def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
 
 # --- chunked, streaming workers; late workers that abandon (issue 13) ------------------------------------------
 PARTIAL = {
-    "stream_s1": {"name": "partial_coded", "s": 1},
+    "stream_s1_l2": {"name": "partial_coded", "s": 1, "l": 2},     # messages of d / 2 numbers, every chunk twice
     "stream_s2_natural": {"name": "partial_coded", "s": 2, "order": "natural"},
     "tandon": {"name": "partial_coded", "s": 1, "protocol": "tandon"},
 }
@@ -362,6 +367,8 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, tmp
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     mean = lambda recs: np.mean([r["end"] - r["start"] for r in recs])   # noqa: E731
     assert mean(mpi) == pytest.approx(mean(sim.records), rel=0.10)
+    if name == "stream_s1_l2":
+        assert all(r["floats"] == 4 * sum(r["worker_messages"]) for r in mpi)   # d / l = 8 / 2 per message
     if name == "stream_s2_natural":
         copies = [len(r["received"]) - len({tuple(m) for m in r["received"]}) for r in mpi]
         assert sum(len(r["received"]) for r in mpi) > 10 * 4     # more messages than workers: streamed

@@ -201,14 +201,23 @@ def test_hostfile_must_exist(tmp_path):
 
 
 # --- item 4: zero injected delay --------------------------------------------------------------------------------
-@pytest.mark.parametrize("scheme", [{"name": "fastest_k", "k": 2}, dict(DROP)])
-def test_zero_delay_has_no_ratio_and_no_overrun(scheme, tmp_path):
-    spec = _spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": 0.0})
+@pytest.mark.parametrize("scheme, value", [({"name": "fastest_k", "k": 2}, 0.0), (dict(DROP), 1e-9)])
+def test_zero_delay_has_no_ratio_and_no_overrun(scheme, value, tmp_path):
+    """Zero, and tiny (1e-9 units: far below the runtime's 1 ms resolution), delays: no ratio (null, with the
+    reason), no overrun, messages and work counted, per-worker times consistent."""
+    from tests.test_natural import check_worker_times
+
+    spec = _spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": value})
     proc, summary, _ = _fault(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert summary["overhead_ratio"] is None and summary["median_overhead_ratio"] is None
     assert "ideal time of 0" in summary["overhead_ratio_note"]
-    assert summary["overruns"] == 0 and all(r["overruns"] == [] for r in _records(tmp_path / "out"))
+    records = _records(tmp_path / "out")
+    assert summary["overruns"] == 0 and all(r["overruns"] == [] for r in records)
+    assert summary["messages"] >= 2 * len(records) and all(r["messages"] >= 2 for r in records)
+    assert summary["computed"] > 0 and summary["wasted"] >= 0
+    for rec in records:
+        check_worker_times(rec, 3)
 
 
 def test_summarize_leaves_out_iterations_of_zero_ideal_time():

@@ -55,6 +55,102 @@ def test_natural_order_minimises_the_worst_case_chunk_count(n, s):
     assert chunk_order.worst_case_chunks(chunk_order.optimal_order(np.ones(n), s)) == best
 
 
+# --- l > 1: every chunk from l workers (the gradient split in l parts) ------------------------------------------
+@pytest.mark.parametrize("n,s,l", [(4, 1, 2), (5, 2, 2), (5, 2, 3)])
+def test_optimal_order_with_l_copies_matches_brute_force(n, s, l):
+    rng = np.random.default_rng(7 * n + s + 100 * l)
+    for _ in range(2):
+        tau = 1.0 + rng.pareto(1.5, size=n)
+        order = chunk_order.optimal_order(tau, s, l)
+        assert [sorted(o) for o in order] == [sorted(o) for o in chunk_order.natural_order(n, s)]
+        best, _ = chunk_order.brute_force_order(tau, s, l)
+        assert chunk_order.completion_time(order, tau, l) == pytest.approx(best, rel=1e-12)
+        assert chunk_order.completion_time(order, tau, l) >= chunk_order.completion_time(order, tau, 1)
+
+
+def _qmax_l_by_enumeration(order, l) -> int:
+    worst = -1
+    chunks = {c for o in order for c in o}
+    for x in itertools.product(*[range(len(o) + 1) for o in order]):
+        count = {}
+        for o, k in zip(order, x, strict=True):
+            for c in o[:k]:
+                count[c] = count.get(c, 0) + 1
+        if any(count.get(c, 0) < l for c in chunks):
+            worst = max(worst, sum(x))
+    return worst + 1
+
+
+@pytest.mark.parametrize("n,s,l", [(4, 2, 2), (5, 1, 2), (5, 2, 3)])
+def test_worst_case_chunks_with_l_copies_and_natural_order_is_best(n, s, l):
+    rng = np.random.default_rng(n + 3 * l)
+    perms = [list(itertools.permutations(o)) for o in chunk_order.natural_order(n, s)]
+    for _ in range(3):
+        order = tuple(p[rng.integers(len(p))] for p in perms)
+        assert chunk_order.worst_case_chunks(order, l) == _qmax_l_by_enumeration(order, l)
+    best = min(chunk_order.worst_case_chunks(combo, l) for combo in itertools.product(*perms))
+    assert chunk_order.worst_case_chunks(chunk_order.natural_order(n, s), l) == best
+
+
+@pytest.mark.parametrize("l", [2, 3])
+def test_split_messages_decode_exactly_with_duplicates_and_any_order(l):
+    n, s, d = 6, 2, 12
+    sch = make_scheme("partial_coded", n=n, s=s, l=l)
+    for t in range(3):    # an optimized (non-natural) order: the coefficient row follows the chunk, not the slot
+        sch.observe_chunks(t, np.array([1.0, 9.0, 1.0, 1.0, 1.0, 1.0]))
+    plan = sch.plan(3)
+    G = _partials(n, d=d, seed=l)
+    every = [(i, c) for i in range(n) for c in sch.emits(i, plan)]
+    rng = np.random.default_rng(l)
+    for trial in range(4):
+        received = [every[k] for k in rng.permutation(len(every))]
+        received = received[:2] + received[:2] + received[2:]          # duplicates
+        msgs = _messages(sch, plan, received, G)
+        assert msgs.shape == (len(received), d // l) and sch.message_size(d) == d // l
+        k = sch.stream_stop_index(received, plan)
+        assert k is not None and sch.stream_done(received[:k], plan) and not sch.stream_done(received[:k - 1], plan)
+        out = sch.combine_stream(msgs[:k], received[:k], plan)
+        assert out.method == "exact" and out.residual <= 1e-12
+        np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-10, atol=1e-12)
+        if trial == 0:   # one copy short: audible, not silent (the scheme warns once per set of messages)
+            with pytest.warns(DecodeFallbackWarning):
+                short = sch.combine_stream(msgs[:k - 1], received[:k - 1], plan)
+            assert short.method == "fallback" and short.residual > 1e-3
+
+
+def test_split_needs_l_copies_and_approximate_mode_uses_fewer():
+    n, s, l, d = 4, 1, 2, 6
+    sch = make_scheme("partial_coded", n=n, s=s, l=l, order="natural", mode="approximate", wait=2)
+    plan = sch.plan(0)
+    G = _partials(n, d=d)
+    received = [(0, 1), (3, 2), (1, 1)]      # chunk 0 from workers 0 and 3 (in); chunk 1 from worker 1 only
+    assert not sch.stream_done(received, plan)
+    out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+    assert out.method == "approximate"
+    assert out.residual == pytest.approx(np.sqrt((1 + 2 + 2) / (n * l)))   # chunk 1 half in, chunks 2-3 missing
+    received += [(0, 2)]                      # chunk 1 from a second worker: two chunks in, wait = 2
+    assert sch.stream_done(received, plan)
+
+
+def test_split_rejects_what_it_does_not_cover():
+    with pytest.raises(ConfigError, match="l"):
+        make_scheme("partial_coded", n=6, s=2, l=4)
+    with pytest.raises(ConfigError, match="group"):
+        make_scheme("partial_coded", n=6, s=2, l=2, group=2)
+    with pytest.raises(ConfigError, match="divide"):
+        make_scheme("partial_coded", n=6, s=2, l=3).message_size(8)
+
+
+def test_split_runs_on_the_simulator_with_fewer_floats(workload):
+    runs = {l: simulate(make_scheme("partial_coded", n=6, s=2, l=l), "pareto", workload, iterations=6, seed=2)
+            for l in (1, 2)}
+    for res in runs.values():
+        assert all(r["method"] == "exact" and r["residual"] <= 1e-8 for r in res.records)
+    per_msg = {l: res.summary["floats"] / sum(sum(r["worker_messages"]) for r in res.records)
+               for l, res in runs.items()}
+    assert per_msg[1] == 8 and per_msg[2] == 4
+
+
 def test_optimal_order_beats_natural_when_workers_differ():
     tau = [1.0, 1.0, 10.0, 10.0]
     assert chunk_order.optimal_order(np.ones(4), 2) == chunk_order.natural_order(4, 2)
@@ -260,9 +356,11 @@ def test_partial_work_example_runs_and_partial_coded_beats_the_code():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     import partial_work
 
-    rows = {r["scheme"]: r for r in partial_work.time_to_target(0, seeds=(0,), iterations=80)}
+    pair = ["coded cyclic_repetition s=2", "partial_coded s=2 natural"]
+    rows = {r["scheme"]: r for r in partial_work.time_to_target(0, seeds=(0,), iterations=80, schemes=pair)}
     assert rows["partial_coded s=2 natural"]["mean_iteration"] < rows["coded cyclic_repetition s=2"]["mean_iteration"]
-    w = partial_work.wasted(0, seeds=(0,), iterations=20)
+    assert rows["partial_coded s=2 natural"]["speedup_vs_coded"] > 1
+    w = partial_work.wasted(partial_work.DELAYS["straggle"], seeds=(0,), iterations=20)
     assert 0 < w["finish"]["wasted_fraction"] < 1 and 0 < w["abandon"]["wasted_fraction"] < 1
 
 

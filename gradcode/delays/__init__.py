@@ -34,6 +34,7 @@ from .parametric import (
     ConstantDelay,
     ExponentialDelay,
     LognormalDelay,
+    NoDelay,
     ParetoDelay,
     ShiftedExponentialDelay,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "HeterogeneousDelay",
     "LognormalDelay",
     "MixtureDelay",
+    "NoDelay",
     "ParetoDelay",
     "PersistentDelay",
     "ShiftedExponentialDelay",

@@ -59,6 +59,7 @@ class DelayModel:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     source: ClassVar[str] = ""
+    injects: ClassVar[bool] = True    # False: natural timing (``none``), MPI workers wait out nothing
 
     def __init__(self, *, comm: float = 0.0, comm_dist: str | dict = "constant"):
         self._cd: Term = make_comm(comm, comm_dist)   # the communication term (see ._comm)

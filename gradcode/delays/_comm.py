@@ -153,6 +153,38 @@ class Gated(Term):
         return np.concatenate([[0.0], v]), np.concatenate([[1 - self.q], self.q * w])
 
 
+class Empirical(Term):
+    """The empirical distribution of measured ``values`` (each with weight ``1/N``): a replayed trace's
+    communication times in the i.i.d. view."""
+
+    discrete = True
+
+    def __init__(self, values):
+        self.values = np.sort(np.asarray(values, dtype=float).ravel())
+        self.mean = float(self.values.mean())
+        self.constant = bool(self.values[0] == self.values[-1])
+        self.value = float(self.values[0]) if self.constant else 0.0
+
+    def cdf(self, y):
+        return np.searchsorted(self.values, np.asarray(y, dtype=float), side="right") / self.values.size
+
+    def sf(self, y):
+        return 1.0 - self.cdf(y)
+
+    def lower(self):
+        return float(self.values[0])
+
+    def breakpoints(self):
+        return [float(v) for v in np.unique(self.values)]
+
+    def atoms(self):
+        return self.values, np.full(self.values.size, 1.0 / self.values.size)
+
+    def ppf(self, u):
+        idx = np.minimum((np.asarray(u) * self.values.size).astype(np.int64), self.values.size - 1)
+        return self.values[idx]
+
+
 class Sum(Term):
     """``A + B`` of independent terms. ``P(A + B <= y) = E_B[F_A(y - B)]`` over ``B``'s atoms (exact when ``B`` is
     discrete; over its 2048 midpoint quantiles otherwise, a CDF error below ``1/2048``)."""

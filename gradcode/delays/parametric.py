@@ -64,6 +64,25 @@ class ConstantDelay(DelayModel):
         return load * self.value + self.comm
 
 
+class NoDelay(ConstantDelay):
+    """Natural timing: nothing is injected (``injects`` is False). On MPI a worker computes for real and sends at
+    once, so a response time is real compute plus real transfer; its draws are 0 (the shadow clock's ideal time is
+    then 0 and no overhead ratio is defined). The simulator has no real work to time and refuses it
+    (:func:`gradcode.sim.simulate`): replay a captured trace there instead. [derived]
+
+    >>> make_delay("none").sample(0, 0, 2)[0]
+    array([[0., 0.]])
+    """
+
+    name = "none"
+    description = "natural timing (MPI only): workers inject nothing, real compute and transfer alone"
+    injects = False
+
+    def __init__(self):
+        super().__init__(0.0)
+        self._params = {}
+
+
 class ShiftedExponentialDelay(DelayModel):
     """Unit time ``a + X/mu``, ``X ~ Exp(1)``; a load ``l`` takes ``l*(a + X/mu)``. [paper] (coded computing)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ConfigError, check_int
 from ._base import DelayModel
+from ._comm import Empirical, plus
 from ._crn import STREAM_TRACE, check_seed, check_t, per_worker_uniforms
 
 
@@ -21,26 +22,29 @@ def shipped_traces() -> list[str]:
 
 
 COLUMNS = ("step", "dp_rank", "stage", "microbatch", "compute_s")
-_EXPECTED = (f"a CSV file whose first line is the header {','.join(COLUMNS)} and whose every other line holds "
-             "those 5 numbers")
+COMM_COLUMN = "comm_s"   # optional sixth column: communication time (what `gradcode trace export` writes)
+_EXPECTED = (f"a CSV file whose first line is the header {','.join(COLUMNS)} (optionally ,{COMM_COLUMN}) and whose "
+             "every other line holds those 5 (or 6) numbers")
 
 
 @functools.lru_cache(maxsize=16)
-def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """``(times[pair, step, microbatch], pairs)`` from a CSV ``step, dp_rank, stage, microbatch, compute_s``.
+def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray | None]:
+    """``(times[pair, step, microbatch], pairs, comm[pair, step] or None)`` from a CSV ``step, dp_rank, stage,
+    microbatch, compute_s[, comm_s]``. A pair's communication at a step is the mean of its micro-batches' ``comm_s``
+    (an exported trace has one micro-batch per step).
 
     A file that is not such a trace is refused without quoting it: the path may name any file (a trace path is
     user input), and an error message must not echo its content.
     """
-    _check_header(path)
+    ncol = _check_header(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")   # numpy's "input contained no data": the check below says it
             raw = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
     except (OSError, ValueError):   # numpy's message quotes the offending line: not repeated here
         raise ConfigError(f"trace {path!r} is not a trace: expected {_EXPECTED}") from None
-    if raw.shape[1] != 5 or raw.shape[0] == 0:
-        raise ConfigError(f"trace {path!r} must have the 5 columns step,dp_rank,stage,microbatch,compute_s "
+    if raw.shape[1] != ncol or raw.shape[0] == 0:
+        raise ConfigError(f"trace {path!r} must have the {ncol} columns of its header on every line "
                           "and at least one row")
     ints = raw[:, :4].astype(np.int64)
     if np.any(ints != raw[:, :4]):
@@ -50,18 +54,27 @@ def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, i
     mbs, m_idx = np.unique(ints[:, 3], return_inverse=True)
     P, S, Mt = len(pairs), len(steps), len(mbs)
     times = np.full((P, S, Mt), np.nan)
-    times[p_idx.ravel(), s_idx.ravel(), m_idx.ravel()] = raw[:, 4]
+    where = (p_idx.ravel(), s_idx.ravel(), m_idx.ravel())
+    times[where] = raw[:, 4]
     if raw.shape[0] != P * S * Mt or np.isnan(times).any():
         raise ConfigError(f"trace {path!r} is not a complete grid: every (step, dp_rank, stage, microbatch) must "
                           f"appear exactly once ({P} rank pairs x {S} steps x {Mt} micro-batches expected)")
     if not np.all(np.isfinite(times)) or np.any(times <= 0):
         raise ConfigError(f"trace {path!r}: compute_s must be finite and > 0")
     times.setflags(write=False)
-    return times, [(int(a), int(b)) for a, b in pairs]
+    comm = None
+    if ncol == 6:
+        if not np.all(np.isfinite(raw[:, 5])) or np.any(raw[:, 5] < 0):
+            raise ConfigError(f"trace {path!r}: {COMM_COLUMN} must be finite and >= 0")
+        per_mb = np.zeros((P, S, Mt))
+        per_mb[where] = raw[:, 5]
+        comm = per_mb.mean(axis=2)
+        comm.setflags(write=False)
+    return times, [(int(a), int(b)) for a, b in pairs], comm
 
 
-def _check_header(path: str) -> None:
-    """The first line names the 5 columns (compared, never echoed)."""
+def _check_header(path: str) -> int:
+    """The first line names the 5 columns, or those and ``comm_s`` (compared, never echoed); returns how many."""
     try:
         with open(path, "rb") as fh:
             head = fh.readline(4096).decode("utf-8")
@@ -70,8 +83,9 @@ def _check_header(path: str) -> None:
     except UnicodeDecodeError:
         raise ConfigError(f"trace {path!r} is not a trace (not UTF-8 text): expected {_EXPECTED}") from None
     names = tuple(x.strip().lower() for x in head.strip().lstrip("\ufeff").split(","))
-    if names != COLUMNS:
+    if names not in (COLUMNS, COLUMNS + (COMM_COLUMN,)):
         raise ConfigError(f"trace {path!r} is not a trace (its first line is not the header): expected {_EXPECTED}")
+    return len(names)
 
 
 class TraceDelay(DelayModel):
@@ -89,20 +103,34 @@ class TraceDelay(DelayModel):
     i.i.d. view is the empirical distribution of the ``P*S`` (pair, step) means; replayed workers are not
     independent (shared steps, persistent ranks).
 
+    ``offset``: the step worker 0 reads at iteration 0 (default None: drawn from the seed, so that seeds see
+    different stretches of the trace); ``offset = 0`` replays a captured run step for step (``gradcode trace
+    export`` writes worker ``i`` as ``dp_rank = i``, iteration ``t`` as step ``t``).
+
+    A trace with a sixth column ``comm_s`` (what ``gradcode trace export`` writes) also replays communication:
+    worker ``i``'s load-independent time at iteration ``t`` is ``comm_s`` of the (pair, step) it reads (divided by
+    the same ``scale`` when ``normalize``), plus the model's own ``comm`` term if one is given. In the i.i.d. view
+    the trace's communication is the empirical distribution of its ``P*S`` values, taken as independent of the
+    compute time (in the replay itself each worker keeps its step's pair of times). Such a captured trace holds one
+    speed per worker and step, so ``sample_micro`` gives all ``M`` micro-batches of a step that step's time (instead
+    of continuing into the next steps).
+
     >>> d = make_delay("trace", trace="bytedance-ST")
     >>> d.sample_micro(0, 0, n=8, M=4)[0].shape
     (1, 8, 4)
     """
 
     name = "trace"
-    description = "replay of a measured straggler trace (ByteDance SE/AR/ST or a CSV path)"
+    description = "replay of a measured straggler trace (ByteDance SE/AR/ST, or a CSV path: gradcode trace export)"
     source = "[paper: 2505.05713]"
 
-    def __init__(self, trace: str = "bytedance-SE", normalize: bool = True, *, comm: float = 0.0,
-                 comm_dist: str = "constant"):
+    def __init__(self, trace: str = "bytedance-SE", normalize: bool = True, offset: int | None = None, *,
+                 comm: float = 0.0, comm_dist: str = "constant"):
         super().__init__(comm=comm, comm_dist=comm_dist)
         if not isinstance(normalize, (bool, np.bool_)):
             raise ConfigError(f"normalize must be true or false, got {normalize!r}")
+        if offset is not None:
+            offset = check_int("offset", offset, low=0)
         if not isinstance(trace, (str, os.PathLike)):
             raise ConfigError(f"trace must be a shipped name ({', '.join(shipped_traces())}) or a CSV path, "
                               f"got {trace!r}")
@@ -116,21 +144,29 @@ class TraceDelay(DelayModel):
         else:
             raise ConfigError(f"trace {str(trace)!r} is neither a shipped trace ({', '.join(shipped)}) nor an "
                               "existing CSV file")
-        times, pairs = _parse_trace(path, os.path.getmtime(path))
+        times, pairs, trace_comm = _parse_trace(path, os.path.getmtime(path))
         self.source_stamp = [path, os.path.getmtime(path)]   # part of the key of cached order statistics
-        self.trace, self.normalize = str(trace), bool(normalize)
+        self.trace, self.normalize, self.fixed_offset = str(trace), bool(normalize), offset
         self.scale = float(times.mean()) if normalize else 1.0
         self.times = times / self.scale  # (P, S, M_tr)
         self.pairs = pairs
         self.P, self.S, self.M_tr = self.times.shape
         self.step_means = self.times.mean(axis=2)  # (P, S)
-        self._params = {"trace": self.trace, "normalize": self.normalize}
+        # the trace's own communication (P, S), or None: added to the model's comm term in the replay; in the
+        # i.i.d. view its empirical distribution joins that term (_cd, which the shared order statistics read)
+        self.trace_comm = None if trace_comm is None else trace_comm / self.scale
+        self._own_cd = self._cd
+        if self.trace_comm is not None:
+            self._cd = plus(self._cd, Empirical(self.trace_comm.ravel()))
+        self._params = {"trace": self.trace, "normalize": self.normalize, "offset": offset}
 
     def offset(self, seed: int) -> int:
         """The trace step that worker 0 reads at iteration 0 under ``seed``."""
         return self._offset(check_seed(seed), ())
 
     def _offset(self, seed, path):
+        if self.fixed_offset is not None:
+            return self.fixed_offset % self.S
         return int(per_worker_uniforms(seed, STREAM_TRACE, path, 1, 1)[0, 0] * self.S)
 
     def mapping(self, seed: int, t, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,9 +188,22 @@ class TraceDelay(DelayModel):
 
     def _micro(self, seed, t_arr, n, M, path):
         pair, step = self._map(seed, t_arr, n, path)
+        if self.trace_comm is not None:   # a captured trace: one speed per worker and step, for all its micro-batches
+            return np.repeat(self.step_means[pair, step][:, :, None], M, axis=2)
         j = np.arange(M)
         steps = (step[:, :, None] + (j // self.M_tr)[None, None, :]) % self.S
         return self.times[pair[:, :, None], steps, (j % self.M_tr)[None, None, :]]
+
+    def _comm(self, seed, t_arr, n, path=()):
+        own = self._draw_comm(self._own_cd, seed, t_arr, n, path)
+        if self.trace_comm is None:
+            return own
+        pair, step = self._map(seed, t_arr, n, path)
+        return own + self.trace_comm[pair, step]
+
+    def _comm_key(self):
+        key = super()._comm_key()
+        return key if self.trace_comm is None else (*key, "trace comm", self.trace, self.scale)
 
     @property
     def _discrete(self):

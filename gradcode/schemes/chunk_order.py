@@ -18,15 +18,22 @@ group in the natural cyclic order. Cost: ``O(log(n s))`` matchings of ``n`` chun
 Equal ``tau`` give every worker its own chunk first: the natural order ``i, i+1, ..., i+s``, which puts each chunk
 in every position once.
 
-**The paper's criterion** (as a second-hand summary of Ramamoorthy, Meng and Girimaji describes it; we could not
-read the paper itself) is speed-free: ``Q_max``, the least number of chunks the whole cluster must have processed
-so that, however that work is spread over the workers, every chunk has been processed at least once
-(:func:`worst_case_chunks`). A state that misses chunk ``c`` has each holder ``w`` of ``c`` at most ``pos_w(c)``
-chunks in, the others anything, so ``Q_max = 1 + max_c sum_w (pos_w(c) if w holds c else L_w)`` [derived]. Under
-the cyclic assignment every chunk has ``s + 1`` holders and the positions sum to ``n s (s+1) / 2`` over all chunks,
-so an order that puts each chunk once in every position, the natural order, attains the least possible ``Q_max``
-[derived; checked against brute force for ``n <= 6``]; so does :func:`optimal_order` with equal speeds. Our
-speed-aware order is an addition for workers whose speeds differ persistently.
+**``l`` copies** (``partial_coded``'s ``l > 1``: a chunk's gradient is rebuilt from ``l`` workers' messages). The
+time becomes ``max_c`` of the ``l``-th smallest ``tau_w (pos_w(c) + 1)`` over the holders of ``c``, and the
+feasibility test a maximum flow (each chunk ``l`` distinct holders, worker ``w`` at most ``k_w(T)`` chunks,
+``scipy.sparse.csgraph.maximum_flow``); the rest is unchanged. Checked against brute force for ``n <= 6``.
+
+**The paper's criterion** (as a second-hand summary of Ramamoorthy, Meng and Girimaji describes it; the search tool
+gives the paper's abstract and introduction only) is speed-free: ``Q_max``, the least number of chunks the whole
+cluster must have processed so that, however that work is spread over the workers, every chunk has been processed
+(``l`` times: :func:`worst_case_chunks`). A state that misses chunk ``c`` has at most ``l - 1`` holders past it,
+the other holders ``w`` at most ``pos_w(c)`` chunks in, the non-holders anything, whence the closed form in
+:func:`worst_case_chunks` [derived; equal to the definition by enumeration in the tests]. For ``l = 1`` every chunk
+has ``s + 1`` holders and the positions sum to ``n s (s+1) / 2`` over all chunks, so an order that puts each chunk
+once in every position, the natural order, attains the least possible ``Q_max`` [derived]; by brute force over every
+combination of orders (``n <= 6``, ``s <= 2``) the natural order is ``Q_max``-optimal for every ``l <= s + 1`` as
+well, and so is :func:`optimal_order` with equal speeds. Our speed-aware order is an addition for workers whose
+speeds differ persistently.
 
 >>> optimal_order([1.0, 1.0, 1.0, 1.0], s=1)
 ((0, 1), (1, 2), (2, 3), (3, 0))
@@ -54,24 +61,36 @@ def natural_order(n: int, s: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple((i + j) % n for j in range(s + 1)) for i in range(n))
 
 
-def completion_time(order, tau) -> float:
-    """``max_c min_{w holds c} tau_w (pos_w(c) + 1)`` for the orders ``order[w]`` (any assignment)."""
-    best: dict[int, float] = {}
+def completion_time(order, tau, l: int = 1) -> float:
+    """``max_c`` of the ``l``-th smallest ``tau_w (pos_w(c) + 1)`` over the holders ``w`` of ``c``: the time at which
+    every chunk has been computed by ``l`` workers (``l = 1``: by one), for the orders ``order[w]`` (any
+    assignment)."""
+    ends: dict[int, list[float]] = {}
     for w, chunks in enumerate(order):
         for p, c in enumerate(chunks):
-            best[c] = min(best.get(c, np.inf), tau[w] * (p + 1))
-    return max(best.values())
+            ends.setdefault(c, []).append(tau[w] * (p + 1))
+    return max(sorted(e)[l - 1] if len(e) >= l else np.inf for e in ends.values())
 
 
-def worst_case_chunks(order) -> int:
+def worst_case_chunks(order, l: int = 1) -> int:
     """``Q_max``: the least total number of chunks processed (over all workers, each in its ``order[w]``) that
-    guarantees every chunk has been processed once, whatever the split between workers."""
+    guarantees every chunk has been processed ``l`` times, whatever the split between workers.
+
+    A state in which chunk ``c`` has fewer than ``l`` copies has at most ``l - 1`` of its holders past it (those may
+    have finished everything), the other holders at most ``pos_w(c)`` chunks in, the non-holders anything; so
+    ``Q_max = 1 + max_c [sum_w L_w - sum_{w holds c} (L_w - pos_w(c)) + (sum of the l - 1 largest L_w - pos_w(c)
+    over the holders of c)]``."""
     pos: dict[int, dict[int, int]] = {}
     for w, chunks in enumerate(order):
         for p, c in enumerate(chunks):
             pos.setdefault(c, {})[w] = p
     full = [len(chunks) for chunks in order]
-    return 1 + max(sum(where.get(w, full[w]) for w in range(len(order))) for where in pos.values())
+    total = sum(full)
+    worst = 0
+    for where in pos.values():
+        left = sorted((full[w] - p for w, p in where.items()), reverse=True)   # chunks from c to the end, per holder
+        worst = max(worst, total - sum(left[l - 1:]))
+    return 1 + worst
 
 
 def _feasible(n: int, s: int, caps: np.ndarray) -> np.ndarray | None:
@@ -96,18 +115,46 @@ def _feasible(n: int, s: int, caps: np.ndarray) -> np.ndarray | None:
     return slot_worker[match]
 
 
-def optimal_order(tau, s: int) -> tuple[tuple[int, ...], ...]:
-    """Orders minimising :func:`completion_time` for per-chunk times ``tau`` (one per worker), cyclic assignment."""
+def _feasible_multi(n: int, s: int, caps: np.ndarray, l: int) -> list[set[int]] | None:
+    """For each chunk ``l`` distinct holders, with at most ``caps[w]`` chunks per worker, or None if impossible
+    (a maximum flow: source -> chunk, capacity ``l``; chunk -> each holder, 1; worker -> sink, ``caps[w]``)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    src, sink = 2 * n, 2 * n + 1     # chunks are nodes 0..n-1, workers n..2n-1
+    rows, cols, cap = [], [], []
+    for c, hs in enumerate(holders(n, s)):
+        rows.append(src), cols.append(c), cap.append(l)
+        for w in hs:
+            rows.append(c), cols.append(n + w), cap.append(1)
+    for w in range(n):
+        rows.append(n + w), cols.append(sink), cap.append(int(caps[w]))
+    graph = csr_matrix((np.array(cap, dtype=np.int32), (rows, cols)), shape=(2 * n + 2, 2 * n + 2))
+    result = maximum_flow(graph, src, sink)
+    if result.flow_value < n * l:
+        return None
+    flow = result.flow.tocoo()
+    chosen: list[set[int]] = [set() for _ in range(n)]
+    for a, b, f in zip(flow.row, flow.col, flow.data, strict=True):
+        if a < n and n <= b < 2 * n and f > 0:
+            chosen[a].add(int(b - n))
+    return chosen
+
+
+def optimal_order(tau, s: int, l: int = 1) -> tuple[tuple[int, ...], ...]:
+    """Orders minimising :func:`completion_time` (every chunk computed by ``l`` of its holders) for per-chunk times
+    ``tau`` (one per worker), cyclic assignment. ``l = 1``: a bipartite matching per candidate time; ``l > 1``: a
+    maximum flow per candidate time (each chunk needs ``l`` distinct holders)."""
     tau = np.asarray(tau, dtype=float)
     n = len(tau)
     ell = s + 1
     candidates = np.unique((tau[:, None] * np.arange(1, ell + 1)[None, :]).ravel())
     lo, hi = 0, len(candidates) - 1
     best = None
-    while lo <= hi:    # the least candidate time whose capacities cover every chunk
+    while lo <= hi:    # the least candidate time whose capacities cover every chunk (l times)
         mid = (lo + hi) // 2
         caps = np.minimum(ell, np.floor(candidates[mid] / tau + 1e-12).astype(int))
-        got = _feasible(n, s, caps)
+        got = _feasible(n, s, caps) if l == 1 else _feasible_multi(n, s, caps, l)
         if got is not None:
             best, hi = got, mid - 1
         else:
@@ -115,14 +162,16 @@ def optimal_order(tau, s: int) -> tuple[tuple[int, ...], ...]:
     natural = natural_order(n, s)
     if best is None:    # cannot happen (at the largest candidate every worker does all its chunks); be safe
         return natural
+    if l == 1:
+        best = [{int(w)} for w in best]
     orders = []
     for w in range(n):
-        mine = [c for c in natural[w] if best[c] == w]
-        orders.append(tuple(mine + [c for c in natural[w] if best[c] != w]))
+        mine = [c for c in natural[w] if w in best[c]]
+        orders.append(tuple(mine + [c for c in natural[w] if w not in best[c]]))
     return tuple(orders)
 
 
-def brute_force_order(tau, s: int) -> tuple[float, tuple[tuple[int, ...], ...]]:
+def brute_force_order(tau, s: int, l: int = 1) -> tuple[float, tuple[tuple[int, ...], ...]]:
     """The least :func:`completion_time` over every combination of orders, and one order achieving it (for tests,
     ``n <= 6``: ``((s+1)!)^n`` combinations)."""
     tau = np.asarray(tau, dtype=float)
@@ -130,7 +179,7 @@ def brute_force_order(tau, s: int) -> tuple[float, tuple[tuple[int, ...], ...]]:
     perms = [list(itertools.permutations(chunks)) for chunks in natural_order(n, s)]
     best_t, best_o = np.inf, None
     for combo in itertools.product(*perms):
-        t = completion_time(combo, tau)
+        t = completion_time(combo, tau, l)
         if t < best_t:
             best_t, best_o = t, combo
     return best_t, best_o

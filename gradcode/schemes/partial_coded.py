@@ -29,12 +29,24 @@ the chunks that came in, residual ``sqrt(missing / n)``). In ``exact`` mode a se
 order minimising the time to an exact gradient, ``max_c min_{w holds c} tau_w (pos_w(c) + 1)``, for the per-chunk
 times ``tau_w`` the scheme has seen (an exponentially weighted mean with weight ``memory`` on the past, learnt
 from every iteration: :meth:`observe_chunks`); exact and polynomial (:func:`~gradcode.schemes.chunk_order.
-optimal_order`), checked against brute force for ``n <= 6``. With equal estimates it is the natural order.
+optimal_order`), checked against brute force for ``n <= 6``. With equal estimates it is the natural order
+(``l = 1``).
 
-**Communication.** A worker sends up to ``ceil((s + 1) / group)`` messages of ``d`` floats per iteration instead
-of one (``coded``): ``s + 1`` times the floats at ``group = 1`` when it completes its chunks, fewer when it is
-interrupted (``late_workers = "abandon"``) or stopped by the iteration's end. The records count them
-(``worker_messages``, ``floats``).
+**Splitting the gradient in ``l`` parts (``l``, default 1; the paper's communication parameter).** With ``l > 1``
+each chunk's gradient ``g_c`` is cut into ``l`` equal parts ``g_c^(1..l)`` of ``d / l`` numbers, and the message
+after chunk ``c`` carries one combination of them, ``sum_k E[j, k] g_c^(k)`` (``d / l`` numbers), where ``j`` is the
+worker's place among the chunk's ``s + 1`` holders and ``E`` is :func:`split_coefficients` (any ``l`` of its rows
+invertible, well conditioned). The master rebuilds ``g_c`` from ``l`` messages about ``c`` from distinct workers (an
+``l x l`` solve per chunk); the gradient is exact once every chunk has been computed ``l`` times (``exact`` mode's
+stop rule), so it survives ``s + 1 - l`` failed workers instead of ``s``, and partial stragglers count as before.
+With fewer than ``l`` copies (approximate mode) a chunk enters by its least-squares, minimum-norm estimate; residual
+``sqrt(sum_c ||X_c E_c - I||_F^2 / (n l))`` (``sqrt(missing / n)`` when whole chunks are missing). ``l`` must divide
+``d`` (:class:`~gradcode.errors.ConfigError` otherwise) and goes with ``protocol = "stream"``, ``group = 1``.
+
+**Communication.** A worker sends up to ``ceil((s + 1) / group)`` messages per iteration instead of one
+(``coded``), each of ``d / l`` floats: ``(s + 1) / l`` times ``coded``'s floats when it completes its chunks
+(``l = s + 1``: the same), fewer when it is interrupted (``late_workers = "abandon"``) or stopped by the iteration's
+end. The records count them (``worker_messages``, ``floats``).
 
 **The Tandon et al. code's partial scheme (``protocol = "tandon"``).** As in that code's ``partial_coded.py``:
 each worker has ``partitions`` chunks; the first ``partitions - s - 1`` are its own (no other worker holds them)
@@ -43,18 +55,33 @@ and go uncoded in a first message as soon as they are done; the last ``s + 1`` a
 (the own chunks have no redundancy) and ``n - s`` decodable second messages. All chunks are one data partition of
 ``n (partitions - s - 1) + n``, each worth ``n / n_parts`` load units (the data set is ``n`` units, as for sync).
 
-**Where this reading may differ from the paper** (whose full text we could not read here: its abstract and a
-second-hand summary): we take "send after each chunk" with uncoded single-chunk messages as the protocol
-(``group = 1``), so the communication is up to ``s + 1`` vectors of ``d`` floats per worker; the paper has a
-parameter ``l`` that splits the gradient into ``l`` parts for a communication-efficient encoding (and avoids
-polynomial interpolation, which is unstable), which we do not reproduce. The paper's ordering criterion is
-speed-free, ``Q_max`` (the worst-case number of chunks the cluster processes before every chunk has a copy,
-:func:`~gradcode.schemes.chunk_order.worst_case_chunks`); for the cyclic assignment with ``l = 1`` the natural
-order already minimises it [derived, checked by brute force], so its algorithm matters for ``l > 1`` or other
-assignments, which we do not cover. Our ``optimized`` order minimises the exact-recovery time for estimated
-per-chunk speeds instead (bisection + bipartite matching, ours); it equals the natural order when the estimates are
-equal, so it is ``Q_max``-optimal then too, and under i.i.d. delays it differs from natural only by estimation
-noise. The approximate estimate is not rescaled for the missing chunks.
+**Where this reading may differ from the paper.** The paper's text beyond its abstract and introduction was not
+readable here (the search tool gives the arXiv HTML's first page; a second-hand summary describes its figures), so
+the following is what those say, then what we chose:
+
+- *Read* [paper]: workers process their chunks in an order, the PS rebuilds the gradient (exactly or approximately)
+  from the work of fast and partially slow workers; the protocols are computation- and communication-efficient and
+  numerically stable; for an important class of assignments an efficient algorithm optimises the order of chunks
+  inside the workers. [summary]: the gradient is divided into ``l`` parts (the communication parameter); the ordering
+  criterion is ``Q_max``, the worst-case number of chunks the cluster processes before every chunk is covered
+  (:func:`~gradcode.schemes.chunk_order.worst_case_chunks`); the optimal-ordering algorithm covers assignments with
+  as many chunks as workers and every chunk replicated equally (the cyclic one is such); an appendix shows Lagrange
+  interpolation (the older communication-efficient codes' decoder) to be numerically unstable.
+- *Our protocol*: after each chunk an uncoded (``l = 1``) or part-combined (``l > 1``) message about that chunk
+  alone; exact when every chunk has ``l`` copies. The paper's workers may instead send coded combinations across
+  chunks, with other coefficients and another decoding; its exact stop condition for ``l > 1`` and its message
+  count per worker may differ. Our decoding is 0/1 weights (``l = 1``) or one ``l x l`` Chebyshev solve per chunk
+  (condition number below 100 for ``s + 1 <= 7``), stable in the paper's sense (no interpolation at many nodes).
+- *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
+  (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
+  ``tests/test_partial.py``), so the
+  paper's criterion leaves nothing to optimise there, as far as we can tell; its algorithm (which we do not have)
+  matters for other assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
+  estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
+  ``l > 1``, ours); with equal estimates it is ``Q_max``-optimal too, and under i.i.d. delays it differs from
+  natural only by estimation noise.
+- *Approximate*: the estimate is not rescaled for the missing chunks (the paper reports mean-squared error against
+  time; we report the residual).
 
 >>> from gradcode import make_scheme
 >>> sch = make_scheme("partial_coded", n=4, s=1, order="natural")
@@ -92,7 +119,7 @@ class PartialCoded(Scheme):
 
     def __init__(self, n: int, *, s: int, order: str = "optimized", mode: str = "exact", deadline: float | None = None,
                  wait: int | None = None, group: int = 1, protocol: str = "stream", partitions: int | None = None,
-                 memory: float = 0.9, tol: float = 1e-8, batch: int | None = None):
+                 l: int = 1, memory: float = 0.9, tol: float = 1e-8, batch: int | None = None):
         super().__init__(n, batch=batch)
         self.s = check_int("s", s, low=0, high=self.n - 1)
         for key, value, accepted in (("order", order, ORDERS), ("mode", mode, MODES),
@@ -106,6 +133,11 @@ class PartialCoded(Scheme):
         self.deadline = math.inf if deadline is None else check_float("deadline", deadline, low=0.0, low_open=True)
         self.wait = self.n if wait is None else check_int("wait", wait, low=1, high=self.n)
         self.group = check_int("group", group, low=1, high=self.s + 1)
+        self.l = check_int("l", l, low=1, high=self.s + 1)
+        if self.l > 1 and (protocol != "stream" or group != 1):
+            raise ConfigError("partial_coded: l > 1 (messages of d / l numbers) works with protocol = 'stream' and "
+                              f"group = 1 only, got protocol = {protocol!r}, group = {group}")
+        self._E = split_coefficients(self.s + 1, self.l)
         self.memory = check_float("memory", memory, low=0.0, high=1.0)
         self.tol = check_float("tol", tol, low=0.0, low_open=True)
         if protocol == "tandon":
@@ -134,7 +166,7 @@ class PartialCoded(Scheme):
         seen = np.isfinite(chunk_time)
         tau = self.state["tau"]
         tau[seen] = self.memory * tau[seen] + (1 - self.memory) * chunk_time[seen]
-        self.state["orders"] = chunk_order.optimal_order(tau, self.s)
+        self.state["orders"] = chunk_order.optimal_order(tau, self.s, self.l)
 
     @property
     def exact(self) -> bool:
@@ -163,9 +195,20 @@ class PartialCoded(Scheme):
             return (self._own, L)
         return tuple(sorted(set(range(self.group, L + 1, self.group)) | {L}))
 
+    def message_size(self, d: int) -> int:
+        """Real numbers per message: ``d``, or ``d / l`` with ``l > 1`` (``l`` must divide ``d``)."""
+        if d % self.l:
+            raise ConfigError(f"partial_coded: l = {self.l} must divide the model size d = {d} (a message is one "
+                              f"of l equal parts' worth: d / l numbers); take an l that divides {d}, or l = 1")
+        return d // self.l
+
     def chunk_message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
         if self.protocol == "tandon" and c == plan.chunks(i):   # the coded message: B_i over the shared chunks
             return self.code.encode_row(i, np.asarray(partials)[self._own:])
+        if self.l > 1:   # chunk c's gradient in l parts, combined with the row of worker i's place among its holders
+            g = np.asarray(partials)[c - 1]
+            j = (plan.parts[i][c - 1] - i) % self.n
+            return self._E[j] @ g.reshape(self.l, self.message_size(g.shape[-1]))
         return super().chunk_message(i, c, partials, plan)
 
     # --- 3. stop ------------------------------------------------------------------------------------------
@@ -183,19 +226,31 @@ class PartialCoded(Scheme):
     def stream_stop_index(self, received, plan: Plan) -> int | None:
         if self.protocol == "stream" and (self.group == 1 or self.mode == "approximate"):
             need = self.n if self.mode == "exact" else self.wait
-            seen: set[int] = set()
-            for k, (i, c) in enumerate(received):   # one pass: the chunks in as the messages arrive
-                seen.update(self.message_parts(i, c, plan))
-                if len(seen) >= need:
+            copies: dict[int, set[int]] = {}
+            done = 0
+            for k, (i, c) in enumerate(received):   # one pass: the chunks in (l times) as the messages arrive
+                for part in self.message_parts(i, c, plan):
+                    holders = copies.setdefault(part, set())
+                    if i not in holders:
+                        holders.add(i)
+                        done += len(holders) == self.l
+                if done >= need:
                     return k + 1
             return None
         return super().stream_stop_index(received, plan)
 
+    def _copies(self, received, plan: Plan) -> dict[int, dict[int, int]]:
+        """``{chunk: {worker: index of its message}}``, the first message of each worker per chunk, in arrival
+        order (a duplicate delivery adds nothing)."""
+        copies: dict[int, dict[int, int]] = {}
+        for k, (i, c) in enumerate(received):
+            for part in self.message_parts(i, c, plan):
+                copies.setdefault(part, {}).setdefault(i, k)
+        return copies
+
     def _covered(self, received, plan: Plan) -> set[int]:
-        seen: set[int] = set()
-        for i, c in received:
-            seen.update(self.message_parts(i, c, plan))
-        return seen
+        """The chunks whose gradient is in: computed by ``l`` distinct workers (``l = 1``: by one)."""
+        return {part for part, by in self._copies(received, plan).items() if len(by) >= self.l}
 
     # --- 4. combine ---------------------------------------------------------------------------------------
     def _weights(self, received, plan: Plan) -> tuple[np.ndarray, float]:
@@ -221,11 +276,36 @@ class PartialCoded(Scheme):
             raise ConfigError(f"partial_coded: {len(received)} messages named, {messages.shape[0]} given")
         if self.protocol == "tandon":
             return self._combine_tandon(messages, received, plan)
+        if self.l > 1:
+            return self._combine_split(messages, received, plan)
         a, residual = self._weights(received, plan)
         method = "exact" if residual <= self.tol else ("approximate" if self.mode == "approximate" else "fallback")
         if method == "fallback":
             self._warn(received, residual)
         return Combined(a @ messages, residual=residual, method=method)
+
+    def _combine_split(self, messages: np.ndarray, received, plan: Plan) -> Combined:
+        """``l > 1``: per chunk, its ``l`` parts from the first ``l`` distinct workers' messages (an ``l x l`` solve,
+        :func:`split_coefficients`); with fewer copies (approximate mode) the least-squares, minimum-norm estimate.
+        Residual ``sqrt(sum_c ||X_c E_c - I||_F^2 / (n l))``: 0 when every chunk is in, ``sqrt(missing / n)`` when
+        whole chunks are missing, as for ``l = 1``."""
+        parts = np.zeros((self.l, messages.shape[1]))
+        err2 = 0.0
+        copies = self._copies(received, plan)
+        for chunk in range(self.n):
+            by = list(copies.get(chunk, {}).items())[: self.l]   # (worker, message index), first arrivals
+            if not by:
+                err2 += self.l
+                continue
+            E = self._E[[(chunk - w) % self.n for w, _ in by]]      # rows of the workers' places among the holders
+            X = np.linalg.inv(E) if len(by) == self.l else np.linalg.pinv(E)
+            parts += X @ messages[[k for _, k in by]]
+            err2 += float(np.sum((X @ E - np.eye(self.l)) ** 2))
+        residual = math.sqrt(err2 / (self.n * self.l))
+        method = "exact" if residual <= self.tol else ("approximate" if self.mode == "approximate" else "fallback")
+        if method == "fallback":
+            self._warn(received, residual)
+        return Combined(parts.reshape(-1), residual=residual, method=method)
 
     def _combine_tandon(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         """Sum of the first (uncoded) messages + the cyclic-repetition decode of the second ones."""
@@ -254,11 +334,28 @@ class PartialCoded(Scheme):
                           DecodeFallbackWarning, stacklevel=3)
 
     def record(self) -> dict:
-        rec = {"s": self.s, "mode": self.mode, "protocol": self.protocol}
+        rec = {"s": self.s, "mode": self.mode, "protocol": self.protocol, "l": self.l}
         if self.protocol == "stream" and self.order == "optimized":
             rec["order_changed"] = self.state["orders"] != chunk_order.natural_order(self.n, self.s)
         return rec
 
     def __repr__(self) -> str:
         return (f"PartialCoded(n={self.n}, s={self.s}, order={self.order!r}, mode={self.mode!r}, "
-                f"protocol={self.protocol!r})")
+                f"protocol={self.protocol!r}, l={self.l})")
+
+
+def split_coefficients(holders: int, l: int) -> np.ndarray:
+    """The ``(holders, l)`` matrix ``E`` whose row ``j`` combines the ``l`` parts of a chunk's gradient in the message
+    of the chunk's ``j``-th holder (``l = 1``: a column of ones, the chunk's gradient itself)::
+
+        E[j, k] = T_k(x_j),   x_j = cos((2 j + 1) pi / (2 holders)),
+
+    Chebyshev polynomials at the Chebyshev points: any ``l`` rows are invertible (a polynomial basis at distinct
+    nodes) and all of them are orthogonal columns up to scale (a cosine transform), so the ``l x l`` solves stay well
+    conditioned (ours; not necessarily the paper's coefficients).
+
+    >>> np.round(split_coefficients(3, 2), 3).tolist()
+    [[1.0, 0.866], [1.0, 0.0], [1.0, -0.866]]
+    """
+    x = np.cos((2 * np.arange(holders) + 1) * np.pi / (2 * holders))
+    return np.cos(np.arange(l)[None, :] * np.arccos(x)[:, None])
