@@ -92,7 +92,8 @@ def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
     buffers = 8 * (n * plan_floats + n * length            # the master: a plan buffer and a message per worker
                    + n * (2 * plan_floats + length))        # each worker: two plan buffers and its message
     shared = 8 * (MODEL_SLOTS * (1 + d) + n * length)
-    records = iterations * (RESPONDER_BYTES + LOAD_BYTES + BUSY_BYTES) * n
+    records = iterations * (RESPONDER_BYTES + LOAD_BYTES + BUSY_BYTES
+                            + (TIMES_BYTES[1] if n < WORKER_TIMES_MAX_N else 0)) * n
     return int(LIBRARY_BYTES + ranks + buffers + shared + records)
 
 
