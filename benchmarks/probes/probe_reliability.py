@@ -109,6 +109,7 @@ def probe_inputs(verbose: bool, full: bool = False) -> Counter:
                     counts["traceback"] += 1
                     print(f"  traceback: {where} = {value!r}: {type(err).__name__}: {err}"[:300])
                 counts["tried"] += 1
+            print(f"  after {'.'.join(map(str, where))}: {dict(counts)}", flush=True)   # survives a timeout
     if verbose:
         for where, value in accepted:
             print(f"  accepted: {'.'.join(map(str, where))} = {value!r}")
