@@ -301,7 +301,8 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
 
     Timing-only records keep ``responders`` (and a non-uniform ``load``) as numpy arrays (``as_lists=False``,
     written out as lists): at ``n = 10,000`` Python lists would cost more than the simulation itself. ``load`` is
-    one number when every worker carries the same load (:func:`compact_load`, read back by :func:`record_load`).
+    one number when every worker carries the same load (:func:`per_worker`, read back by :func:`record_load`), and
+    the responders of a huge cluster by the stragglers when they are fewer (:func:`compact_responders`).
     """
     rec = {
         "scheme": scheme.name,
@@ -309,7 +310,7 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
         "start": start,
         "end": end,
         "ideal_end": ideal_end,
-        "responders": [int(i) for i in responders] if as_lists else responders,
+        "responders": compact_responders(responders, scheme.n, as_lists),
         "load": compact_load(load, as_lists),
         "messages": messages,
         "computed": computed,
@@ -327,14 +328,42 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
 def work_fields(computed: np.ndarray | None, used: np.ndarray, sent: np.ndarray | None,
                 floats_per_message: int) -> dict[str, Any]:
     """Per-worker work of one iteration for its record: load units computed and used (delivered in a combined
-    message), messages sent and the floats they carried (``floats`` in total)."""
-    out: dict[str, Any] = {"worker_used": [float(x) for x in used]}
+    message), messages sent and the floats they carried (``floats`` in total). Each list is one number when every
+    worker has the same value (:func:`per_worker`; read back with :func:`worker_values`)."""
+    out: dict[str, Any] = {"worker_used": per_worker(used)}
     if computed is not None:
-        out["worker_computed"] = [float(x) for x in computed]
+        out["worker_computed"] = per_worker(computed)
     if sent is not None:
-        out["worker_messages"] = [int(x) for x in sent]
+        out["worker_messages"] = per_worker(sent, dtype=int)
         out["floats"] = int(np.sum(sent)) * floats_per_message
     return out
+
+
+PER_WORKER_LIMIT = 10_000   # workers: above it a record stores responders by their complement when that is shorter
+
+
+def per_worker(values, as_list: bool = True, *, dtype=float):
+    """A record's per-worker list, compactly: one number when every worker has the same value (an ``n``-long list
+    of equal numbers costs 5 MB a record at ``n = 10^6``), else the values in worker order (a list, or the numpy
+    array itself with ``as_list=False``: timing-only records, written out as lists). Read back by
+    :func:`worker_values`.
+
+    >>> per_worker([2.0, 2.0, 2.0]), per_worker([1, 0, 1], dtype=int)
+    (2.0, [1, 0, 1])
+    """
+    values = np.asarray(values, dtype=dtype)
+    if values.size and (values.strides == (0,) or np.all(values == values.flat[0])):   # a broadcast number, or equal
+        return values.flat[0].item()
+    return values.tolist() if as_list else values
+
+
+def worker_values(rec: dict[str, Any], key: str, n: int) -> np.ndarray | None:
+    """Every worker's value of the per-worker field ``key`` of a record (``n`` workers), whether it was stored as
+    one number or as a list (:func:`per_worker`); None if the record has no such field."""
+    if rec.get(key) is None:
+        return None
+    values = np.asarray(rec[key])
+    return np.full(n, values.item()) if values.ndim == 0 else values
 
 
 # per-worker times of one iteration (``docs/design.md#records``); above this many workers they are left out
@@ -380,18 +409,45 @@ def record_worker_times(rec: dict[str, Any], key: str) -> np.ndarray | None:
 
 
 def compact_load(load, as_list: bool = True):
-    """A record's ``load``: one number when every worker has the same load (the usual plan; an ``n``-long list of
-    equal numbers would cost 5 MB a record at ``n = 10^6``), else every worker's load in worker order."""
-    load = np.asarray(load, dtype=float)
-    if load.size and (load.strides == (0,) or np.all(load == load.flat[0])):   # a broadcast number, or equal
-        return float(load.flat[0])
-    return [float(x) for x in load] if as_list else load
+    """A record's ``load``: :func:`per_worker` of every worker's load units."""
+    return per_worker(load, as_list)
 
 
 def record_load(rec: dict[str, Any], n: int) -> np.ndarray:
     """Every worker's load in a record (``n`` workers), whether it was stored as one number or as a list."""
-    load = np.asarray(rec["load"], dtype=float)
-    return np.full(n, float(load)) if load.ndim == 0 else load
+    return np.asarray(worker_values(rec, "load", n), dtype=float)
+
+
+def compact_responders(responders, n: int, as_list: bool = True):
+    """A record's ``responders`` in arrival order; at more than :data:`PER_WORKER_LIMIT` workers, when most of
+    them answered (a sync step at ``n = 10^6``: 7.9 MB of JSON a record), by what is missing instead:
+    ``{"count": m, "stragglers": [sorted workers that did not answer], "last": the responder that arrived last}``.
+    The arrival order of the others is not kept (the timeline needs only the set and the last one).
+    Read back by :func:`record_responders`.
+
+    >>> compact_responders([2, 0, 1], 3)
+    [2, 0, 1]
+    >>> compact_responders(list(range(20_000, 0, -1)) + [0], 20_002)
+    {'count': 20001, 'stragglers': [20001], 'last': 0}
+    """
+    responders = np.asarray(responders, dtype=np.int64)
+    m = len(responders)
+    if n > PER_WORKER_LIMIT and 2 * m > n:
+        present = np.zeros(n, dtype=bool)
+        present[responders] = True
+        return {"count": m, "stragglers": np.flatnonzero(~present).tolist(), "last": int(responders[-1])}
+    return responders.tolist() if as_list else responders
+
+
+def record_responders(rec: dict[str, Any], n: int) -> list[int]:
+    """The responders of a record: the list as stored, or, from the compact form of :func:`compact_responders`,
+    every worker not among the stragglers in worker order with the last to arrive moved to the end."""
+    responders = rec["responders"]
+    if not isinstance(responders, dict):
+        return list(responders)
+    missing = set(responders["stragglers"])
+    last = responders["last"]
+    return [i for i in range(n) if i not in missing and i != last] + [last]
 
 
 def jsonable(x):

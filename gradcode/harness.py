@@ -387,10 +387,23 @@ def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
     keep = {r.run_id for r in exp.runs}
     remove_folders(out / "runs", keep.__contains__)
     remove_results(out, RESULTS)
+    if _is_sweep(out):
+        from .sweep_run import RESULTS as SWEEP_RESULTS
+
+        remove_results(out, SWEEP_RESULTS)
+        remove_folders(out / "cells", lambda name: False)     # each under its lock: never a live cell's
+        remove_results(out, ("cells",))
+
+
+def _is_sweep(out: Path) -> bool:
+    """True if ``out`` holds a sweep's results (``gradcode sweep``): its table or its cell folders."""
+    return (out / "sweep.json").is_file() or (out / "cells").is_dir()
 
 
 def _other_experiment(out: Path, exp: Experiment) -> str | None:
     """What else ``out`` holds (``None``: nothing, or this same experiment)."""
+    if _is_sweep(out):
+        return "the results of a sweep (`gradcode sweep`), not a comparison"
     path = out / "experiment.json"
     if not path.exists():
         return "run folders of an unknown experiment" if (out / "runs").is_dir() else None

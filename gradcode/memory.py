@@ -9,6 +9,13 @@ gradients. Measured at ``n = 2 * 10^6`` (timing only: 180-230 bytes a worker, pl
 the figures below are a little above what was seen. At ``n = 10^8`` the timing-only run needs about 20 GB before
 the first record: :func:`check_memory` refuses it with the figure instead of letting it swap or die in a
 ``MemoryError``.
+
+An MPI run (:func:`estimate_mpi_bytes`, checked by ``gradcode run`` before it launches) starts ``n + 1`` Python
+processes, each with its own interpreter, numpy, scipy and mpi4py (about 40 MB of private memory measured with
+MPICH, plus 7 MB of its shared-memory segments; the libraries' 45 MB of code once), and each builds the whole
+workload (its data); the master keeps a plan buffer per worker and the records, every worker two plan buffers and a
+message, and the node-local shared window the model slots and one message per worker. With ``--hostfile`` the
+ranks are spread over hosts and the check is not made (the estimate is for one host).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import os
 import resource
 from pathlib import Path
+
+import numpy as np
 
 from .cluster import WORKER_TIMES_MAX_N
 from .errors import ConfigError
@@ -45,6 +54,63 @@ def estimate_bytes(scheme, iterations: int, workload=None) -> int:
         per_record += BUSY_BYTES * n
         total += 3 * 8 * plan.n_parts * int(workload.dim)   # partial gradients, messages, their combination
     return int(total + iterations * per_record)
+
+
+RANK_BYTES = 48_000_000      # per MPI rank: private memory (interpreter, numpy, scipy, mpi4py) and MPICH's segments
+LIBRARY_BYTES = 45_000_000   # the libraries' code, mapped once for all ranks
+MODEL_SLOTS = 8              # model versions in the shared window (mpi_runtime.protocol.MODEL_SLOTS)
+
+
+def workload_bytes(workload) -> int:
+    """Bytes of the arrays a workload holds (its data: dense or sparse matrices, labels, a held-out set)."""
+    total = 0
+    for value in vars(workload).values():
+        if isinstance(value, np.ndarray):
+            total += value.nbytes
+        elif hasattr(value, "data") and hasattr(value, "indices") and hasattr(value, "indptr"):   # scipy.sparse
+            total += value.data.nbytes + value.indices.nbytes + value.indptr.nbytes
+    return total
+
+
+def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
+    """Bytes an MPI run of ``scheme`` on one host needs: ``n + 1`` ranks, each :data:`RANK_BYTES` and a copy of the
+    workload's data, their buffers (plans of ``capacity + d`` values, messages of ``message_size(d)``), the master's
+    records and the shared window (``MODEL_SLOTS`` models and ``n`` messages), plus the libraries once.
+
+    >>> from gradcode import make_scheme, make_workload
+    >>> w = make_workload("least_squares", n_samples=60, dim=4)
+    >>> round(estimate_mpi_bytes(make_scheme("sync", n=3), w, 10) / 1e6)      # four ranks: about 4 x 48 + 45 MB
+    237
+    """
+    n, d = scheme.n, int(workload.dim)
+    plan = scheme.plan(0)
+    capacity = max((len(p) for p in plan.parts), default=1)
+    plan_floats = 16 + capacity + d
+    length = scheme.message_size(d)
+    data = workload_bytes(workload)
+    ranks = (n + 1) * (RANK_BYTES + data)
+    buffers = 8 * (n * plan_floats + n * length            # the master: a plan buffer and a message per worker
+                   + n * (2 * plan_floats + length))        # each worker: two plan buffers and its message
+    shared = 8 * (MODEL_SLOTS * (1 + d) + n * length)
+    records = iterations * (RESPONDER_BYTES + LOAD_BYTES + BUSY_BYTES
+                            + (TIMES_BYTES[1] if n < WORKER_TIMES_MAX_N else 0)) * n
+    return int(LIBRARY_BYTES + ranks + buffers + shared + records)
+
+
+def check_mpi_memory(scheme, workload, iterations: int, *, available: tuple[int, str] | None = None) -> int:
+    """:func:`estimate_mpi_bytes`; a :class:`ConfigError` with the figures if it exceeds what this host has
+    available (``available`` overrides :func:`available_bytes`), before anything is launched."""
+    need = estimate_mpi_bytes(scheme, workload, iterations)
+    have = available_bytes() if available is None else available
+    if have is not None and need > have[0]:
+        n = scheme.n
+        raise ConfigError(
+            f"this MPI run would need about {_gb(need)} of memory on this host ({n + 1} ranks of about "
+            f"{_gb(RANK_BYTES + workload_bytes(workload))} each: the interpreter, numpy, scipy, mpi4py and a copy of "
+            f"the workload's data of {_gb(workload_bytes(workload))}), but only {_gb(max(have[0], 0))} is "
+            f"available ({have[1]}); use fewer workers or a smaller workload, or spread the ranks over several "
+            "hosts (--hostfile)")
+    return need
 
 
 def available_bytes() -> tuple[int, str] | None:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import record_load, record_worker_times
+from .cluster import record_load, record_responders, record_worker_times
 from .report import scheme_class
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
@@ -229,7 +229,7 @@ ROLE_COLOURS = {"busy": "tab:green", "waited-for": "tab:red", "wasted": "tab:gre
 def _roles(rec: dict, n: int) -> list[str]:
     load = record_load(rec, n)
     roles = ["wasted" if x > 0 else "idle" for x in load]
-    responders = list(rec["responders"])
+    responders = record_responders(rec, n)
     for i in responders:
         roles[i] = "busy"
     if responders and len(responders) < len(load):
@@ -310,6 +310,8 @@ def _workers(run, rec: dict) -> int:
         return len(rec["busy"])
     if isinstance(rec["load"], list):
         return len(rec["load"])
+    if isinstance(rec["responders"], dict):
+        return rec["responders"]["count"] + len(rec["responders"]["stragglers"])
     return max(rec["responders"], default=0) + 1
 
 
@@ -324,7 +326,7 @@ def worker_bars(rec: dict, n: int) -> list[tuple[int, float, float, float, str]]
     arrived = record_worker_times(rec, "worker_arrived")
     start, end = rec["start"], rec["end"]
     roles = _roles(rec, n)
-    used = [i for i in rec["responders"] if not math.isnan(arrived[i])]
+    used = [i for i in record_responders(rec, n) if not math.isnan(arrived[i])]
     if used:   # the responder that arrived last ended the iteration
         roles[max(used, key=lambda i: arrived[i])] = "waited-for"
     bars = []
@@ -343,7 +345,7 @@ def _exact_bars(ax, rec: dict, n: int) -> None:
     """Bars from the records' per-worker spans (the simulator writes them): each worker's own ``[begin, arrival]``;
     its role (used, the one waited for, wasted) as in :func:`_roles`. A thin line marks the iteration's end."""
     roles = _roles(rec, n)
-    used = [i for i in rec["responders"] if rec["busy"][i] is not None]
+    used = [i for i in record_responders(rec, n) if rec["busy"][i] is not None]
     if used:   # the responder that arrived last ended the iteration
         roles[max(used, key=lambda i: rec["busy"][i][1])] = "waited-for"
     for worker, span in enumerate(rec["busy"]):

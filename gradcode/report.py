@@ -130,9 +130,17 @@ def _is_record(rec) -> bool:
     return (isinstance(rec, dict) and isinstance(rec.get("scheme"), str)
             and all(_is_number(rec.get(key)) for key in RECORD_NUMBERS)
             and all(rec.get(key) is None or _is_number(rec[key]) for key in ("loss", "residual", "grad_error"))
-            and isinstance(rec.get("responders"), list) and all(type(i) is int for i in rec["responders"])
+            and _are_responders(rec.get("responders"))
             and (_is_number(rec.get("load")) or isinstance(rec.get("load"), list)
                  and all(_is_number(x) for x in rec["load"])))
+
+
+def _are_responders(x) -> bool:
+    """A list of worker indices, or the compact form of :func:`gradcode.cluster.compact_responders`."""
+    if isinstance(x, dict):
+        return (type(x.get("count")) is int and type(x.get("last")) is int and isinstance(x.get("stragglers"), list)
+                and all(type(i) is int for i in x["stragglers"]))
+    return isinstance(x, list) and all(type(i) is int for i in x)
 
 
 def _is_number(x) -> bool:

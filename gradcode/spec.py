@@ -103,7 +103,7 @@ def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None
     from .registry import add_user_dirs
 
     if isinstance(source, dict):
-        raw = source
+        raw = drop_none(source)
         add_user_dirs(Path.cwd())   # user modules named by import path
     else:
         path = Path(source)
@@ -112,6 +112,21 @@ def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None
         raw = _read_toml(path)
         add_user_dirs(path.parent, Path.cwd())
     return check_spec(with_run_overrides(raw, **(overrides or {})))
+
+
+def drop_none(raw):
+    """``raw`` without the table entries whose value is None, at every depth: a spec given as a dict (e.g. from
+    :meth:`gradcode.delays.DelayModel.spec`, which lists unset parameters as None) means "the default" by None,
+    which TOML cannot write (a run's ``spec.toml``).
+
+    >>> drop_none({"delay": {"name": "persistent", "workers": None}, "run": {"seeds": [0, 1]}})
+    {'delay': {'name': 'persistent'}, 'run': {'seeds': [0, 1]}}
+    """
+    if isinstance(raw, dict):
+        return {k: drop_none(v) for k, v in raw.items() if v is not None}
+    if isinstance(raw, list):
+        return [drop_none(v) for v in raw]
+    return raw
 
 
 def with_run_overrides(raw: dict[str, Any], iterations: int | None = None,

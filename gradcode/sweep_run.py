@@ -42,6 +42,7 @@ import csv
 import io
 import json
 import os
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -140,10 +141,20 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
                 except GradcodeError as err:
                     done({"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]})
     except BaseException:        # Ctrl-C: no new cell starts; finished cells keep their markers
+        workers = _workers(pool)      # before shutdown(), which forgets them
         pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            proc.terminate()
         raise
     pool.shutdown(wait=True)
     return results
+
+
+def _workers(pool) -> list:
+    """The worker processes of a process pool, to end at once on Ctrl-C: a running cell would otherwise go on (its
+    records stay, flushed per iteration; a resume redoes the cell), and the interpreter's exit would wait for it.
+    ProcessPoolExecutor keeps them in ``_processes`` (Python 3.9 - 3.13; ``terminate_workers()`` from 3.14)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
 
 
 def _guarded(task: dict) -> dict:
@@ -167,6 +178,9 @@ def _worker_start(parent: int, lock_fd: int | None) -> None:
     gone (each cell's folder is locked by the worker that writes it)."""
     from .children import die_with_parent
 
+    # Ctrl-C reaches the whole process group: the sweep itself stops the workers (one line, exit 130), which must
+    # not each print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent=parent)
     if lock_fd is not None:
         try:

@@ -5,8 +5,8 @@
   when it starts that iteration; under DropCompute any rank at that step), ``start`` (after ``MPI_Init`` and the
   build, before the start-up checkpoint) or ``warmup`` (before the warm-up exchange). ``HOW`` is empty (raise an
   exception: the rank reports it and the job ends naming it), ``exit`` (end the process at once with
-  ``os._exit(13)``, as a segfault or an OOM kill would: no Python clean-up) or ``hang`` (stop answering for ever,
-  as a stopped process would).
+  ``os._exit(13)``, as a segfault or an OOM kill would: no Python clean-up), ``kill`` (``SIGKILL`` to itself: a
+  death by signal, as an OOM kill is) or ``hang`` (stop answering for ever, as a stopped process would).
 - ``GRADCODE_TEST_NAN="RANK:ITER[,RANK:ITER...]"``: that worker rank overwrites its message of that iteration with
   NaN before sending it (the master must treat it as an erasure).
 
@@ -19,6 +19,7 @@ delay is infinite, and the rank then behaves as a hung process: it never answers
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import numpy as np
@@ -28,7 +29,7 @@ from gradcode.errors import ConfigError
 CRASH_ENV = "GRADCODE_TEST_CRASH"
 NAN_ENV = "GRADCODE_TEST_NAN"
 STAGES = ("start", "warmup")       # crash points before iteration 0
-HOWS = ("", "exit", "hang")
+HOWS = ("", "exit", "kill", "hang")
 
 
 class InjectedCrash(RuntimeError):
@@ -81,6 +82,8 @@ class Faults:
             return
         if self.crash[t] == "exit":
             os._exit(13)
+        if self.crash[t] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         if self.crash[t] == "hang":
             while True:
                 time.sleep(1.0)

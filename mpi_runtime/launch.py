@@ -16,9 +16,12 @@ Oversubscription (more ranks than cores, e.g. 9 ranks on a 2-core laptop):
 - **Open MPI** refuses more ranks than slots unless given ``--oversubscribe``; ``OMPI_MCA_mpi_yield_when_idle=1``
   makes idle ranks yield.
 
-**A dead rank** (MPICH): ``-disable-auto-cleanup`` and a shell around each rank (:data:`SURVIVE_DEATH`) keep Hydra
-from killing the job the moment one process dies, so that the others can name it and rank 0 can write its summary
-(``peers.py``); ``MPI_Abort`` still ends every rank.
+**A dead rank**: a shell around each rank (:data:`SURVIVE_DEATH`, under every launcher) prints which rank died on a
+signal (``gradcode: rank 2 (process 1234) ended on signal 9``). With MPICH, ``-disable-auto-cleanup`` and that
+shell also keep Hydra from killing the job the moment one process dies, so that the others can name it and rank 0
+can write its summary (``peers.py``); ``MPI_Abort`` still ends every rank. Open MPI's ``mpirun`` ends the whole job
+as soon as a rank dies or exits without ``MPI_Finalize``: the shell's line names the rank, but the survivors may be
+gone before rank 0 writes ``summary.json`` (not tested here: Open MPI is not installed in CI).
 
 Both get ``OPENBLAS_NUM_THREADS=1`` (and the OMP/MKL equivalents) so that ranks sharing cores do not also spawn a
 BLAS thread per core each.
@@ -42,6 +45,7 @@ from pathlib import Path
 from gradcode.children import NotStarted, run_child
 from gradcode.cluster import write_summary
 from gradcode.errors import ConfigError
+from gradcode.memory import check_mpi_memory
 from gradcode.outdir import FolderLock, writable_folder
 from gradcode.registry import pythonpath
 
@@ -57,9 +61,15 @@ ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runt
 # A trapped signal ends ``wait`` early with 128 + its number (138 for SIGUSR1) -- and Hydra sends SIGUSR1 to every
 # rank each time a peer exits, so at the end of every run. That status is not the rank's: once the rank is gone,
 # a second ``wait`` returns its own exit status (the shell keeps it; an unknown pid would give 127).
+# The shell also names its rank when the rank dies on a crash signal (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGKILL,
+# SIGSEGV: exit status 128 + the signal), from the rank number any launcher gives its processes (MPICH's PMI_RANK,
+# Open MPI's OMPI_COMM_WORLD_RANK, PMIx's PMIX_RANK): under every launcher, the error then says which rank it was,
+# even where the launcher ends the job before the survivors can (Open MPI).
 SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; trap "kill -USR1 $c 2>/dev/null" USR1; trap "kill -TERM $c 2>/dev/null" '
                  'TERM; while :; do wait $c; s=$?; kill -0 $c 2>/dev/null && continue; wait $c; t=$?; '
-                 '[ $t -eq 127 ] && exit $s; exit $t; done', "sh"]
+                 '[ $t -eq 127 ] && t=$s; case $t in 132|134|135|136|137|139) echo "gradcode: rank '
+                 '${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-?}}} (process $c) ended on signal $((t - 128))" '
+                 '>&2;; esac; exit $t; done', "sh"]
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -146,8 +156,7 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
         cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
         cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
-    if flavor == "mpich":
-        cmd += SURVIVE_DEATH
+    cmd += SURVIVE_DEATH      # every launcher: the shell names a rank that dies on a signal (see SURVIVE_DEATH)
     cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
     return cmd + list(extra or [])
 
@@ -171,6 +180,9 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
+    if hostfile is None:     # one host: all n + 1 ranks here (with a hostfile the estimate says nothing per host)
+        scheme_, _, workload = cfg.build()
+        check_mpi_memory(scheme_, workload, cfg.iterations)
     with FolderLock(writable_folder(out)) as lock:
         return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
                        mpiexec=mpiexec, timeout=timeout, echo=echo)

@@ -13,7 +13,7 @@ import pytest
 
 import gradcode.memory
 from gradcode import make_delay, make_scheme, make_workload, simulate
-from gradcode.cluster import record_load
+from gradcode.cluster import jsonable, record_load
 from gradcode.errors import ConfigError, check_float, check_int
 from gradcode.harness import compare
 from gradcode.report import build_report
@@ -230,3 +230,77 @@ def test_simulate_refuses_to_drop_the_seeds_of_a_spec(tmp_path):
     assert main(["simulate", str(path), "--out", str(tmp_path / "b"), "--seed", "4"]) == 0
     assert main(["simulate", str(tmp_path / "one.toml"), "--out", str(tmp_path / "c")]) == 0
     assert (tmp_path / "b" / "records.jsonl").read_text() == (tmp_path / "c" / "records.jsonl").read_text()
+
+
+def test_per_worker_lists_are_compact_at_huge_n():
+    # Issue 11: a sync step at n = 20,002 wrote every responder (a 7.9 MB JSON line at n = 10^6); now the
+    # stragglers (none) and the last to arrive. Per-worker lists of equal values are one number.
+    from gradcode.cluster import per_worker, record_responders, worker_values
+    from gradcode.report import _is_record
+
+    n = 20_002
+    res = simulate(make_scheme("sync", n=n), make_delay("exponential"), iterations=2, seed=0)
+    rec = res.records[0]
+    assert rec["responders"]["count"] == n and rec["responders"]["stragglers"] == []
+    assert len(json.dumps(rec, default=jsonable)) < 2000
+    order = record_responders(rec, n)
+    assert sorted(order) == list(range(n)) and order[-1] == rec["responders"]["last"]
+    assert _is_record(json.loads(json.dumps(rec, default=jsonable)))
+    small = simulate(make_scheme("fastest_k", n=6, k=4), make_delay("exponential"), iterations=1, seed=0)
+    assert not isinstance(small.records[0]["responders"], dict) and len(small.records[0]["responders"]) == 4
+    assert per_worker(np.full(5, 2.0)) == 2.0 and per_worker([1.0, 2.0]) == [1.0, 2.0]
+    assert worker_values({"w": 3}, "w", 4).tolist() == [3] * 4 and worker_values({}, "w", 4) is None
+
+
+def test_compare_refuses_a_sweep_folder_and_takes_a_spec_dict_with_none_fields(tmp_path):
+    # Before: compare wrote its runs into a sweep's folder without complaint, and a None (from DelayModel.spec())
+    # failed writing spec.toml after spec.json.
+    raw = {"cluster": {"workers": 3}, "delay": make_delay("persistent", workers=[0]).spec(),
+           "schemes": [{"name": "sync", "label": None}], "run": {"iterations": 2}}
+    assert raw["delay"]["frac"] is None          # persistent: frac or workers; the unset one is None in spec()
+    folder = tmp_path / "sweep"
+    (folder / "cells").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="results of a sweep .*not a comparison"):
+        compare(raw, folder, progress=False)
+    assert not (folder / "runs").exists() and not (folder / "experiment.json").exists()
+    out = compare(raw, tmp_path / "out", progress=False)
+    run = next((out / "runs").iterdir())
+    assert "None" not in (run / "spec.toml").read_text() and (run / "records.jsonl").is_file()
+
+
+def test_order_statistics_are_computed_once_per_process_for_a_spec(monkeypatch):
+    # A sweep builds every cell twice (checked, then run): adaptive_k_load's plan integrated the same order
+    # statistics twice (regimes.toml, 15 cells: 141 s -> 2.8 s for the second build on a loaded machine).
+    from gradcode.delays import _base
+
+    calls = []
+    real = _base.DelayModel._eos
+    monkeypatch.setattr(_base.DelayModel, "_eos", lambda self, *a: calls.append(a) or real(self, *a))
+    spec = {"name": "pareto", "alpha": 2.0}          # a closed form: cheap, and cached all the same
+    first = make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(spec))
+    counted = len(calls)
+    second = make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(spec))
+    assert counted > 0 and len(calls) == counted
+    assert second._choices == first._choices
+    make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(dict(spec, alpha=3.0)))
+    assert len(calls) > counted              # another spec: computed
+
+
+def test_an_mpi_run_that_will_not_fit_is_refused_with_the_figure_before_launching(tmp_path, monkeypatch):
+    # Before: the estimate was the simulator's only; an MPI run of 10^4 ranks started and swapped or was killed.
+    from mpi_runtime.launch import launch
+
+    monkeypatch.setattr(gradcode.memory, "available_bytes", lambda: (10**9, "a test limit"))
+    raw = {"cluster": {"workers": 40}, "workload": {"name": "least_squares", "n_samples": 400, "dim": 4},
+           "delay": {"name": "constant"}, "schemes": [{"name": "sync"}], "run": {"iterations": 2}}
+    launched = []
+    monkeypatch.setattr("mpi_runtime.launch._launch", lambda *a, **k: launched.append(1) or 0)
+    with pytest.raises(ConfigError, match=r"MPI run would need about 2.\d GB .*41 ranks.*1.0 GB is available "
+                                          r"\(a test limit\)"):
+        launch(raw, tmp_path / "out")
+    assert launched == []
+    raw["cluster"]["workers"] = 3                         # 4 ranks: about 0.24 GB
+    assert launch(raw, tmp_path / "out") == 0 and launched == [1]
+    need = gradcode.memory.estimate_mpi_bytes(make_scheme("sync", n=3),
+                                              make_workload("least_squares", n_samples=400, dim=4), 2)
+    assert 0.2e9 < need < 0.3e9

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,12 +58,15 @@ def test_master_stuck_before_the_run_is_named(tmp_path):
 
 
 # --- item 10: crashes name the rank; rank 0 writes its summary ------------------------------------------------
-def test_dead_worker_is_named_and_summary_written(tmp_path):
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_dead_worker_is_named_and_summary_written(tmp_path, how):
     """A worker that ends without a word (a segfault, an OOM kill): the launcher no longer kills the job first."""
     spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3:exit")
+    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:3:{how}")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) died" in proc.stderr and "BAD TERMINATION" not in proc.stdout + proc.stderr
+    if how == "kill":   # the shell around the rank names it too, under any launcher (issue 11)
+        assert re.search(r"gradcode: rank 2 \(process \d+\) ended on signal 9", proc.stderr), proc.stderr
     assert "rank 2 (worker 1) died" in summary["error"]
     assert 3 <= len(_records(tmp_path / "out")) <= 4
 
@@ -261,9 +265,27 @@ def _wait_for_signal_mask(pid: int, mask: str, sig: int, timeout: float = 10.0) 
     raise AssertionError(f"pid {pid}: signal {sig} not in {mask} within {timeout} s")
 
 
-def test_rank_wrapper_reports_a_rank_killed_by_a_signal():
-    proc = subprocess.run(SURVIVE_DEATH + ["sh", "-c", "kill -9 $$"], timeout=10)
+@pytest.mark.parametrize("variable", ["PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"])
+def test_rank_wrapper_reports_a_rank_killed_by_a_signal(variable):
+    # The rank number of MPICH, Open MPI and PMIx launchers: the wrapper names the rank under any of them.
+    env = {k: v for k, v in os.environ.items() if k not in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")}
+    proc = subprocess.run(SURVIVE_DEATH + ["sh", "-c", "kill -9 $$"], timeout=10, capture_output=True, text=True,
+                          env={**env, variable: "5"})
     assert proc.returncode == 128 + signal.SIGKILL
+    assert re.search(r"gradcode: rank 5 \(process \d+\) ended on signal 9", proc.stderr), proc.stderr
+    quiet = subprocess.run(SURVIVE_DEATH + ["sh", "-c", "exit 3"], timeout=10, capture_output=True, text=True)
+    assert quiet.returncode == 3 and quiet.stderr == ""
+
+
+def test_every_launcher_gets_the_rank_wrapper():
+    from mpi_runtime.launch import command
+
+    for flavor in ("mpich", "openmpi", "unknown"):
+        cmd = command("s.toml", "out", 4, mpiexec="mpiexec", flavor=flavor)
+        start = cmd.index("sh")
+        assert cmd[start:start + len(SURVIVE_DEATH)] == SURVIVE_DEATH, flavor
+        assert cmd[start + len(SURVIVE_DEATH) + 1:start + len(SURVIVE_DEATH) + 5] == ["-m", "mpi4py", "-m",
+                                                                                     "mpi_runtime"]
 
 
 def test_ranks_hung_in_startup_are_killed_with_the_reason(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gradcode import make_scheme
-from gradcode.cluster import StopPolicy, chunk_ends, stream_iteration
+from gradcode.cluster import StopPolicy, chunk_ends, stream_iteration, worker_values
 from gradcode.errors import ConfigError, DecodeFallbackWarning
 from gradcode.schemes import chunk_order
 from gradcode.sim import simulate
@@ -146,7 +146,7 @@ def test_split_runs_on_the_simulator_with_fewer_floats(workload):
             for l in (1, 2)}
     for res in runs.values():
         assert all(r["method"] == "exact" and r["residual"] <= 1e-8 for r in res.records)
-    per_msg = {l: res.summary["floats"] / sum(sum(r["worker_messages"]) for r in res.records)
+    per_msg = {l: res.summary["floats"] / sum(worker_values(r, "worker_messages", 6).sum() for r in res.records)
                for l, res in runs.items()}
     assert per_msg[1] == 8 and per_msg[2] == 4
 
@@ -298,8 +298,8 @@ def test_work_is_counted_per_worker(workload):
             res = simulate(make_scheme(name, n=6, **params), "pareto", workload, iterations=10, seed=6,
                            late_workers=late)
             for rec in res.records:
-                assert sum(rec["worker_computed"]) == pytest.approx(rec["computed"])
-                assert sum(rec["worker_used"]) == pytest.approx(rec["used"])
+                assert worker_values(rec, "worker_computed", 6).sum() == pytest.approx(rec["computed"])
+                assert worker_values(rec, "worker_used", 6).sum() == pytest.approx(rec["used"])
                 assert rec["wasted"] == pytest.approx(rec["computed"] - rec["used"])
                 assert rec["wasted"] >= -1e-12
             assert 0 <= res.summary["wasted_fraction"] < 1
@@ -309,7 +309,8 @@ def test_streamed_messages_and_floats_are_recorded(workload):
     res = simulate(make_scheme("partial_coded", n=6, s=2, order="natural"), "constant", workload, iterations=3)
     for rec in res.records:
         # equal speeds, finish: everyone computes its 3 chunks and sends after each one
-        assert rec["worker_messages"] == [3] * 6
+        assert rec["worker_messages"] == 3      # the same for every worker: one number (per_worker)
+        assert worker_values(rec, "worker_messages", 6).tolist() == [3] * 6
         assert rec["floats"] == 18 * workload.dim and rec["messages"] == 18
 
 
@@ -317,7 +318,7 @@ def test_abandoning_workers_count_the_share_they_computed(workload):
     res = simulate(make_scheme("fastest_k", n=8, k=4), "pareto", workload, iterations=20, seed=7,
                    late_workers="abandon")
     for rec in res.records:
-        done = np.array(rec["worker_computed"])
+        done = worker_values(rec, "worker_computed", 8)
         late = np.setdiff1d(np.arange(8), rec["responders"])
         assert np.all(done[rec["responders"]] == 1.0)
         assert np.all((done[late] > 0) & (done[late] < 1.0))   # cut off mid-way: only that share counts

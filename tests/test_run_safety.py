@@ -430,3 +430,21 @@ def test_ctrl_c_is_one_line_exit_130_and_keeps_records(tmp_path, command, cluste
     run = next((out / "runs").iterdir()) if command == "compare" else out
     assert len((run / "records.jsonl").read_text().splitlines()) > 0 and not (run / COMPLETE).exists()
     assert _wait_dead(_processes(str(out)), 10) == []
+
+
+def test_ctrl_c_of_a_sweep_with_jobs_is_one_line_exit_130(tmp_path):
+    # Before: every pool worker printed its own KeyboardInterrupt traceback.
+    import tomli_w
+
+    long = spec(iterations=20000)
+    long["schemes"] = [{"name": "sync"}]
+    del long["run"]["seeds"]
+    long["sweep"] = {"run.seed": [0, 1]}
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(long))
+    out = tmp_path / "out"
+    proc = _interrupt(["sweep", path, "--out", out, "--jobs", "2"], out, group=True)
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.rstrip().splitlines()[-1] == "gradcode sweep: interrupted"
+    assert _wait_dead(_processes(str(out)), 10) == []

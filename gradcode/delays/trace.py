@@ -145,6 +145,7 @@ class TraceDelay(DelayModel):
             raise ConfigError(f"trace {str(trace)!r} is neither a shipped trace ({', '.join(shipped)}) nor an "
                               "existing CSV file")
         times, pairs, trace_comm = _parse_trace(path, os.path.getmtime(path))
+        self.source_stamp = [path, os.path.getmtime(path)]   # part of the key of cached order statistics
         self.trace, self.normalize, self.fixed_offset = str(trace), bool(normalize), offset
         self.scale = float(times.mean()) if normalize else 1.0
         self.times = times / self.scale  # (P, S, M_tr)
