@@ -26,7 +26,9 @@ def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path
     sim = simulate(schemes[0], delay, workload, **run_kwargs(spec), **training_kwargs(spec))
     plain = simulate(*[x for x in (build(spec)[0][0], delay, build(spec)[2])], **run_kwargs(spec))
     assert sim.records[-1]["loss"] != pytest.approx(plain.records[-1]["loss"], rel=1e-6)   # the optimizer acts
-    assert [r["iteration"] for r in sim.records if r["test_accuracy"] is not None] == [0, 2, 4]
+    # evaluated every 2 iterations; the target accuracy, reached at iteration 2, stops the run on both clusters
+    assert [r["iteration"] for r in sim.records if r["test_accuracy"] is not None] == [0, 2]
+    assert len(sim.records) == 3 and sim.records[-1]["test_accuracy"] >= 0.3 > sim.records[0]["test_accuracy"]
     assert "time_to_target_accuracy" in sim.summary
 
     path = tmp_path / "spec.toml"
@@ -36,7 +38,7 @@ def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     records, whole = read_records(out / "records.jsonl")
-    assert whole and len(records) == 5
+    assert whole and len(records) == len(sim.records)
     for a, b in zip(records, sim.records, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-9)
         assert (a["test_accuracy"] is None) == (b["test_accuracy"] is None)
