@@ -170,4 +170,9 @@ def check_memory(scheme, iterations: int, workload=None, *, available: tuple[int
 
 
 def _gb(x: float) -> str:
+    if x >= 1e15:
+        return f"{x / 1e9:.1e} GB"
     return f"{x / 1e9:.1f} GB" if x >= 1e8 else f"{x / 1e6:.0f} MB"
+
+
+describe_bytes = _gb     # public name for other modules (codes refuse n x n matrices that cannot fit)

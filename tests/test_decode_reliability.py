@@ -190,3 +190,16 @@ def test_auto_never_returns_a_gradient_off_by_more_than_tol_silently(n, s, F):
     assert error <= code.tol or (dec.method == "fallback" and len(caught) == 1), (error, dec)
     if dec.method == "exact":
         assert dec.residual * gradcode.codes._base.ERROR_MARGIN <= code.tol
+
+
+def test_a_code_too_large_for_memory_is_refused_before_it_is_built():
+    """n = 2^70 used to build for ever (found by benchmarks/probes/probe_reliability.py): now a ConfigError at once."""
+    import time
+
+    from gradcode import ConfigError
+    from gradcode.codes import make_code
+
+    tick = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"n x n encoding matrix at n = 1180591620717411303424 .* use fewer workers"):
+        make_code("cyclic_mds", n=2**70, s=1)
+    assert time.perf_counter() - tick < 5

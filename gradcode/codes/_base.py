@@ -107,6 +107,7 @@ class Code:
         self.seed = check_seed(seed)
         self._cache_size = check_int("cache_size", cache_size, low=1)
         self._check()
+        self._check_memory()
         B = np.array(self._build(np.random.default_rng(seed)))
         B.setflags(write=False)
         self.B = B
@@ -117,6 +118,19 @@ class Code:
         self._warned: set[frozenset] = set()  # responder sets already warned about (fallback)
 
     # --- construction hooks --------------------------------------------------------------------------------
+
+    def _check_memory(self) -> None:
+        """Refuse, before building, an ``n x n`` encoding matrix that cannot fit (16 bytes an entry: complex codes;
+        at ``n = 2^70`` the build would otherwise run for ever): the figure and what is available."""
+        from ..memory import available_bytes, describe_bytes
+
+        need, have = 16 * self.n * self.n, available_bytes()
+        if have is not None and need > have[0]:
+            raise ConfigError(
+                f"{self.name}: the n x n encoding matrix at n = {self.n} workers needs about {describe_bytes(need)}, "
+                f"but only {describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer workers (codes "
+                f"build n x n matrices; fastest_k, backup, sync and DropCompute do not)")
+
     def _check(self) -> None:
         """Raise :class:`ConfigError` for parameter combinations the code cannot be built with."""
 
