@@ -129,7 +129,7 @@ class Code:
             raise ConfigError(
                 f"{self.name}: the n x n encoding matrix at n = {self.n} workers needs about {describe_bytes(need)}, "
                 f"but only {describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer workers (codes "
-                f"build n x n matrices; fastest_k, backup, sync and DropCompute do not)")
+                "build n x n matrices; fastest_k, backup, sync and DropCompute do not)")
 
     def _check(self) -> None:
         """Raise :class:`ConfigError` for parameter combinations the code cannot be built with."""
