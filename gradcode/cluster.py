@@ -366,8 +366,8 @@ def worker_values(rec: dict[str, Any], key: str, n: int) -> np.ndarray | None:
     return np.full(n, values.item()) if values.ndim == 0 else values
 
 
-# per-worker times of one iteration (``docs/design.md#records``); above this many workers they are left out
-WORKER_TIMES_MAX_N = 10_000
+# per-worker times of one iteration (``docs/design.md#records``); from this many workers on they are left out
+WORKER_TIMES_MAX_N = PER_WORKER_LIMIT     # one threshold for huge-n records (responders compacted, times omitted)
 WORKER_TIME_KEYS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
 
 
