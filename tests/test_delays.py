@@ -62,12 +62,13 @@ def _check_mc(samples: np.ndarray, k: int, expected: float, rel: float):
 
 # --- order statistics ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", IID_SPECS, ids=lambda s: str(s))
-@pytest.mark.parametrize("n", [20, 60])
-def test_order_statistic_matches_monte_carlo_iid(spec, n):
+def test_order_statistic_matches_monte_carlo_iid(spec):
     model = make_delay(spec)
-    samples = _total(model, 7, np.arange(20_000), n)
-    for k in sorted({1, n // 2, n - 2, n}):
-        _check_mc(samples, k, model.expected_order_statistic(k, n), rel=0.015)
+    # one sample for both n: worker i's draws do not depend on n, so the first 20 columns are the n = 20 draws
+    samples = _total(model, 7, np.arange(20_000), 60)
+    for n in (20, 60):
+        for k in sorted({1, n // 2, n - 2, n}):
+            _check_mc(samples[:, :n], k, model.expected_order_statistic(k, n), rel=0.015)
 
 
 @pytest.mark.parametrize("spec", SEED_SPECS, ids=lambda s: str(s))
@@ -527,9 +528,11 @@ def test_pinned_values_of_the_original_module(spec, total, micro, eos):
     np.testing.assert_allclose((compute + comm).ravel(), total, rtol=1e-14, atol=0)
     mc, mm = model.sample_micro(11, 3, 2, 2)
     np.testing.assert_allclose((mc + mm[:, :, None]).ravel(), micro, rtol=1e-14, atol=0)
-    # numeric order statistics are accurate to about 1e-9 relative (two quadrature rules agree to that), not 1e-12
+    # numeric order statistics: two quadrature rules agree to 1e-9 relative, or to 1e-6 where the integrand is
+    # itself a 2048-atom convolution (a random communication term): that one is ~1e-4 from the true value (lognormal
+    # + exponential, k = n = 5: 2.308882 here, 2.309197 by direct double quadrature), so pin the method to 1e-7
     assert [model.expected_order_statistic(2, 5, 1.5), model.expected_order_statistic(5, 5)] == pytest.approx(
-        eos, rel=1e-8)
+        eos, rel=1e-7)
 
 
 @pytest.mark.parametrize("spec", [{"name": "shifted_exponential", "a": 0.5, "mu": 3.0}, {"name": "pareto"},

@@ -253,7 +253,7 @@ def test_report_marks_unequal_work_next_to_the_scheme(tmp_path):
                         {"label": "drop heavy", "name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 1.0}]}
     from gradcode.report import work_notes
 
-    out = compare(spec, tmp_path / "out", progress=False, mpi=NO_MPI)
+    out = compare(spec, tmp_path / "out", progress=False, figures=False, mpi=NO_MPI)
     report = (out / "report.md").read_text()
     assert "| sim | exp | drop heavy † | 1 |" in report and "| sim | exp | drop equal | 1 |" in report
     assert "† drop heavy: unequal work: a step is M x micro_load = 2 x 1 = 2 units" in report
@@ -271,7 +271,7 @@ def test_dropcompute_without_dropping_computes_what_sync_computes(tmp_path, batc
     run = {**SPEC["run"], **({} if batch is None else {"batch": batch * 3})}
     schemes = [{"name": "sync"}, drop if batch is None else {**drop, "batch": batch}]
     out = compare({**SPEC, "delays": DELAYS[:1], "schemes": schemes, "run": run}, tmp_path / "out", progress=False,
-                  mpi=NO_MPI)
+                  figures=False, mpi=NO_MPI)
     sync, dropcompute = json.loads((out / "summary.json").read_text())
     assert dropcompute["computed_units"] == pytest.approx(sync["computed_units"])
     assert dropcompute["samples_computed"] == pytest.approx(sync["samples_computed"])

@@ -149,7 +149,7 @@ def _files(out: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("cmp") / "ref"
-    compare(small(), out, progress=False, mpi=NO_MPI)
+    compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
     return out
 
 
@@ -194,7 +194,7 @@ def test_resume_after_interruption_gives_the_same_summary(reference, tmp_path, m
 
     monkeypatch.setattr(gradcode.sim, "simulate", flaky)
     with pytest.raises(Interrupted):
-        compare(small(), out, progress=False, mpi=NO_MPI)
+        compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
     monkeypatch.setattr(gradcode.sim, "simulate", real)
     done = sorted(p.parent.name for p in (out / "runs").glob(f"*/{COMPLETE}"))
     assert len(done) == 6
@@ -217,7 +217,7 @@ def test_resume_after_interruption_gives_the_same_summary(reference, tmp_path, m
         return real(*args, **kwargs)
 
     monkeypatch.setattr(gradcode.sim, "simulate", counting)
-    compare(small(), out, progress=False, mpi=NO_MPI)
+    compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
     assert counted["runs"] == 20 - 6                       # finished runs are not redone
     assert all((out / "runs" / n / "records.jsonl").stat().st_mtime_ns == t for n, t in stamps.items())
     assert _files(out) == _files(reference)
@@ -233,7 +233,7 @@ def test_deleted_marker_means_rerun(reference, tmp_path):
         (run / COMPLETE).unlink()
         lines = (run / "records.jsonl").read_text().splitlines(keepends=True)
         (run / "records.jsonl").write_text("".join(lines[:2]) + lines[2][:10])   # a cut line
-    compare(small(), out, progress=False, mpi=NO_MPI)
+    compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
     assert _files(out) == _files(reference)
 
 
@@ -244,8 +244,8 @@ def test_changed_spec_needs_replace_then_reruns_what_changed(reference, tmp_path
     shutil.copytree(reference, out)
     spec = small(run__iterations=6)
     with pytest.raises(ConfigError, match=r"holds another experiment.*differs in run.*--replace"):
-        compare(spec, out, progress=False, mpi=NO_MPI)
-    compare(spec, out, progress=False, mpi=NO_MPI, replace=True)
+        compare(spec, out, progress=False, figures=False, mpi=NO_MPI)
+    compare(spec, out, progress=False, figures=False, mpi=NO_MPI, replace=True)
     rows = json.loads((out / "summary.json").read_text())
     assert all(r["iterations"] <= 6 for r in rows)
 

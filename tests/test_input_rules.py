@@ -115,7 +115,7 @@ def results(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("corrupt") / "out"
     exp = {"cluster": {"workers": 4}, "delay": {"name": "exponential"},
            "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 2}], "run": {"iterations": 3, "seeds": [0]}}
-    compare(exp, out, progress=False, mpi=(False, "not in this test"))
+    compare(exp, out, progress=False, figures=False, mpi=(False, "not in this test"))
     return out
 
 
@@ -261,9 +261,9 @@ def test_compare_refuses_a_sweep_folder_and_takes_a_spec_dict_with_none_fields(t
     folder = tmp_path / "sweep"
     (folder / "cells").mkdir(parents=True)
     with pytest.raises(ConfigError, match="results of a sweep .*not a comparison"):
-        compare(raw, folder, progress=False)
+        compare(raw, folder, progress=False, figures=False)
     assert not (folder / "runs").exists() and not (folder / "experiment.json").exists()
-    out = compare(raw, tmp_path / "out", progress=False)
+    out = compare(raw, tmp_path / "out", progress=False, figures=False)
     run = next((out / "runs").iterdir())
     assert "None" not in (run / "spec.toml").read_text() and (run / "records.jsonl").is_file()
 

@@ -455,7 +455,14 @@ def test_abandon_is_real_on_mpi(tmp_path):
     mpi, sim = _records(out), _simulated(spec)
     for a, b in zip(sim.records, mpi, strict=True):
         assert sorted(a["responders"]) == sorted(b["responders"])
-        assert b["end"] - b["start"] == pytest.approx(a["end"] - a["start"], rel=0.10, abs=0.5)
+        # the zero-overhead duration from where the workers really were is the simulator's: every worker began
+        # the plan at its issue (a worker still on its old plan would begin later)
+        assert b["ideal_end"] - b["start"] == pytest.approx(a["end"] - a["start"], rel=1e-9)
+    _no_iteration_beats_its_ideal(mpi)
+    # measured wall time: the issue's check, the mean within 10%. Not per iteration: one 30 ms stall of a shared
+    # 2-core machine is 1.5 model units here (seen once in ~20 whole-suite runs)
+    measured = np.mean([b["end"] - b["start"] for b in mpi])
+    assert measured == pytest.approx(np.mean([a["end"] - a["start"] for a in sim.records]), rel=0.10)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     assert sum(r["stale"] for r in mpi) == 0    # abandoned plans send nothing
 

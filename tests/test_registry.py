@@ -419,6 +419,6 @@ def test_compare_on_mpi_imports_the_users_module(tmp_path):
                  run={"iterations": 2, "time_scale": 0.01})
     path = tmp_path / "project" / "exp.toml"
     path.write_text(tomli_w.dumps(spec))
-    out = compare(path, tmp_path / "results", cluster="mpi", progress=False, mpi=(True, "test"))
+    out = compare(path, tmp_path / "results", cluster="mpi", progress=False, figures=False, mpi=(True, "test"))
     rows = json.loads((out / "summary.json").read_text())
     assert [(r["cluster"], r["status"], r["iterations"]) for r in rows] == [("mpi", "complete", 2)]

@@ -76,7 +76,7 @@ def _processes(tag: str) -> list[int]:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("safety") / "ref"
-    compare(spec(), out, progress=False, mpi=NO_MPI)
+    compare(spec(), out, progress=False, figures=False, mpi=NO_MPI)
     return out
 
 
@@ -138,9 +138,9 @@ def test_compare_refuses_a_folder_being_written(reference, tmp_path):
     victim = sorted((out / "runs").iterdir())[0]
     (victim / COMPLETE).unlink()
     with FolderLock(victim), pytest.raises(FolderBusy, match=f"pid {os.getpid()}"):
-        compare(spec(), out, progress=False, mpi=NO_MPI)
+        compare(spec(), out, progress=False, figures=False, mpi=NO_MPI)
     with FolderLock(out), pytest.raises(FolderBusy, match=str(out)):
-        compare(spec(), out, progress=False, mpi=NO_MPI)
+        compare(spec(), out, progress=False, figures=False, mpi=NO_MPI)
 
 
 @pytest.mark.parametrize("damage", ["garbage line", "count", "unreadable marker"])
@@ -163,7 +163,7 @@ def test_a_damaged_run_is_reported_with_its_reason_and_redone(reference, tmp_pat
     build_report(out)
     text = (out / "report.md").read_text()
     assert "PARTIAL" in text and reason in text and "no completion marker" not in text
-    compare(spec(), out, progress=False, mpi=NO_MPI)
+    compare(spec(), out, progress=False, figures=False, mpi=NO_MPI)
     assert (out / "summary.csv").read_bytes() == (reference / "summary.csv").read_bytes()
     assert "PARTIAL" not in (out / "report.md").read_text()
 
@@ -179,12 +179,12 @@ def test_a_changed_trace_file_is_rerun(tmp_path):
     trace = tmp_path / "t.csv"
     shutil.copy(ROOT / "gradcode" / "data" / "traces" / "bytedance-ST.csv", trace)
     out = tmp_path / "out"
-    compare(_trace_spec(trace), out, progress=False, mpi=NO_MPI)
+    compare(_trace_spec(trace), out, progress=False, figures=False, mpi=NO_MPI)
     before = [r["mean_iteration_time"] for r in _rows(out)]
     head, *body = trace.read_text().splitlines()
     scaled = [",".join(line.split(",")[:4] + [repr(10 * float(line.split(",")[4]))]) for line in body]
     trace.write_text("\n".join([head, *scaled]) + "\n")
-    compare(_trace_spec(trace), out, progress=False, mpi=NO_MPI)
+    compare(_trace_spec(trace), out, progress=False, figures=False, mpi=NO_MPI)
     after = [r["mean_iteration_time"] for r in _rows(out)]
     assert after == pytest.approx([10 * x for x in before])
 
@@ -204,10 +204,10 @@ def test_a_changed_plugin_module_is_rerun_and_unchanged_inputs_are_not(tmp_path,
     user = spec()
     user["delay"] = {"name": "slowplug:Slow", "value": 1.0}
     out = tmp_path / "out"
-    compare(user, out, progress=False, mpi=NO_MPI)
+    compare(user, out, progress=False, figures=False, mpi=NO_MPI)
     assert {r["mean_iteration_time"] for r in _rows(out)} == {1.0}
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/records.jsonl")}
-    compare(user, out, progress=False, mpi=NO_MPI)                 # nothing changed: nothing redone
+    compare(user, out, progress=False, figures=False, mpi=NO_MPI)                 # nothing changed: nothing redone
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
     (tmp_path / "slowplug.py").write_text(PLUGIN.format(factor=3))
     for name in [m for m in sys.modules if m == "slowplug"]:
@@ -215,7 +215,7 @@ def test_a_changed_plugin_module_is_rerun_and_unchanged_inputs_are_not(tmp_path,
     from gradcode.registry import DELAYS
 
     DELAYS._cache.pop("slowplug:Slow", None)
-    compare(user, out, progress=False, mpi=NO_MPI)
+    compare(user, out, progress=False, figures=False, mpi=NO_MPI)
     assert {r["mean_iteration_time"] for r in _rows(out)} == {3.0}
 
 
@@ -233,7 +233,7 @@ def test_an_interrupted_new_experiment_is_never_mixed_with_the_old(reference, tm
     shutil.copytree(reference, out)
     new = spec(iterations=3)
     with pytest.raises(ConfigError, match="--replace"):
-        compare(new, out, progress=False, mpi=NO_MPI)
+        compare(new, out, progress=False, figures=False, mpi=NO_MPI)
     calls = {"n": 0}
     real = gradcode.sim.simulate
 
@@ -245,7 +245,7 @@ def test_an_interrupted_new_experiment_is_never_mixed_with_the_old(reference, tm
 
     monkeypatch.setattr(gradcode.sim, "simulate", cut)
     with pytest.raises(KeyboardInterrupt):
-        compare(new, out, progress=False, mpi=NO_MPI, replace=True)
+        compare(new, out, progress=False, figures=False, mpi=NO_MPI, replace=True)
     build_report(out)
     rows = _rows(out)
     assert [r["iterations"] for r in rows] == [3]      # only the new experiment's one finished run
@@ -313,7 +313,7 @@ def test_mpi_rules_are_checked_before_any_run(tmp_path, change, key, mpi_only, k
     for table, value in change.items():
         bad.pop(table) if value is None else bad[table].update(value)
     with pytest.raises(ConfigError, match="MPI runs" if mpi_only else r"\[run\]") as err:
-        compare(bad, tmp_path / "out", progress=False, mpi=MPI_OK)
+        compare(bad, tmp_path / "out", progress=False, figures=False, mpi=MPI_OK)
     assert key in str(err.value)
     assert not (tmp_path / "out").exists()
     if mpi_only:
@@ -329,14 +329,14 @@ def test_failed_mpi_runs_are_printed_with_their_reason(tmp_path, monkeypatch):
     failing["schemes"] = [{"name": "sync"}]
     monkeypatch.setenv("GRADCODE_TEST_CRASH", "1:0")   # before any record
     with pytest.raises(HarnessError, match=r"(?s)every run failed.*rank 1 \(worker 0\) crashed") as err:
-        compare(failing, tmp_path / "out", progress=False, mpi=MPI_OK)
+        compare(failing, tmp_path / "out", progress=False, figures=False, mpi=MPI_OK)
     assert "no run has any records" not in str(err.value)
 
 
 def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
     import tomli_w
 
-    mpi = spec(iterations=60, seeds=[0], time_scale=0.05, grace=2.0)
+    mpi = spec(iterations=30, seeds=[0], time_scale=0.05, grace=2.0)
     mpi["cluster"]["kind"] = "mpi"
     mpi["schemes"] = [{"name": "sync"}]
     path = tmp_path / "mpi.toml"
@@ -358,7 +358,7 @@ def test_kill_9_of_compare_leaves_no_process_and_resumes_whole(tmp_path):
     done = _cli("compare", path, "--out", out, timeout=120)   # at once: nothing left to race with
     assert done.returncode == 0, done.stderr
     assert [r["status"] for r in _rows(out)] == ["complete"]
-    assert len(records[0].read_text().splitlines()) == 60
+    assert len(records[0].read_text().splitlines()) == 30
 
 
 def _argv(pid: int) -> list[str]:
