@@ -118,7 +118,7 @@ class Worker:
                 raise MasterLost(f"no plan and no STOP from {who([0])} within {self.patience:g} s (2 n + 2 times "
                                  f"[run] grace){self.peers.states([0])}")
             self.peers.check()
-            time.sleep(P.POLL)
+            time.sleep(P.IDLE_POLL)
 
     def _wait(self, request: MPI.Request, what: str) -> None:
         """Complete a transfer with the master, bounded (the master polls for it unless it is busy elsewhere)."""
