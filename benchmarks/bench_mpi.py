@@ -3,7 +3,13 @@
 Each scheme runs as a real job (1 master + 8 workers, or 9 All-Reduce peers for DropCompute) with emulated delays
 of tens of milliseconds (shifted exponential, ``a = 3``, ``mu = 0.5`` model units at ``time_scale = 0.01`` s:
 30 ms + an exponential of mean 20 ms at load 1; coded workers carry load 3; adaptive_k_load's loads grow from 1/8
-to 1, so its first iterations last only 4-10 ms). The workload is least squares with ``dim = 100000`` on 64
+to 1, so its first iterations last only 4-10 ms: the same configuration since the benchmark was written, its
+``batch = 8`` renamed ``max_batch = 8``). Iterations that short are of the order of what 9 ranks on 2 cores take
+for real (8 gradients at once, the master's work, the polling of waiting ranks): adaptive_k_load's ratio follows the
+machine's load more than the runtime's cost (1.04 to 1.4 for the same code on different days), so compare its
+overhead in milliseconds per iteration. The same holds for anytime's chunks (a quarter unit: 7.5 ms plus an
+exponential), shorter than the previous step's All-Reduce (1e5 floats over 9 ranks, polled: 13-36 ms at load 10-16),
+which counts toward the first chunk: hence its overruns. The workload is least squares with ``dim = 100000`` on 64
 samples, so every message and model is 1e5 float64 (800 kB); on one node they move through shared memory and
 only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
 ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the

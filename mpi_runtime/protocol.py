@@ -53,6 +53,9 @@ import numpy as np
 from mpi4py import MPI
 
 POLL = 2e-4             # seconds between two tests of a pending request
+IDLE_POLL = 1e-3        # seconds between two looks for a plan by an idle worker: the plan's pickup counts toward the
+#                         worker's emulated time (which runs from the master's stamp), and eight idle ranks polling
+#                         every POLL would take most of a core of a 2-core host from the ranks that compute
 RESOLUTION = 1e-3       # seconds: the runtime's own cost per iteration is of this order (polls, sends, sleeps'
 #                         overshoot); an ideal iteration time below it has no meaningful overhead ratio
 CTRL_TAG = 32767        # STOP / ACK
@@ -147,19 +150,25 @@ def precise_sleep() -> None:
 
 
 def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -> bool:
-    """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host) in steps of at most
-    1 ms. If given, ``interrupted()`` is asked every ``check_every`` seconds; returns False as soon as it says
-    True, else True at the deadline."""
+    """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host). If given,
+    ``interrupted()`` is asked every ``check_every`` seconds (at least every 1 ms if ``check_every`` is 0), and the
+    sleep is cut into steps up to the next question; returns False as soon as it says True, else True at the
+    deadline. (With a 1 ns timer slack, :func:`precise_sleep`, one long sleep overshoots no more than a short one,
+    and a rank waiting out its emulated time wakes only when it has something to do.)"""
     last_check = -math.inf
     while True:
         now = time.time()
         if now >= deadline:
             return True
-        if interrupted is not None and now - last_check >= check_every:
-            last_check = now
-            if interrupted():
-                return False
-        time.sleep(min(deadline - now, 1e-3))
+        if interrupted is None:
+            wake = deadline
+        else:
+            if now - last_check >= check_every:
+                last_check = now
+                if interrupted():
+                    return False
+            wake = min(deadline, last_check + max(check_every, 1e-3))
+        time.sleep(max(wake - now, 0.0))
 
 
 def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None, watch=None) -> MPI.Status:

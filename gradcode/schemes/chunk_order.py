@@ -44,6 +44,7 @@ speeds differ persistently.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -93,11 +94,24 @@ def worst_case_chunks(order, l: int = 1) -> int:
     return 1 + worst
 
 
-def _feasible(n: int, s: int, caps: np.ndarray) -> np.ndarray | None:
-    """An assignment chunk -> holder with at most ``caps[w]`` chunks per worker, or None if there is none."""
+def load_graph_routines():
+    """scipy's ``csr_matrix``, ``maximum_bipartite_matching`` and ``maximum_flow``, imported on first use (not with
+    this module: most runs never order chunks). A scheme that will order chunks calls this when it is built, so
+    that the import (about 0.1 s) is not paid inside its first iteration (on the MPI master's clock)."""
     from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import maximum_bipartite_matching
+    from scipy.sparse.csgraph import maximum_bipartite_matching, maximum_flow
 
+    return csr_matrix, maximum_bipartite_matching, maximum_flow
+
+
+# The tests below depend only on (n, s, caps[, l]), and caps take few values (each in 0..s+1), which repeat from one
+# iteration to the next as the per-chunk times drift: cached, an ordering costs tens of microseconds instead of
+# milliseconds of scipy set-up (on the MPI master, while the workers compute). Results are tuples: never mutated.
+@functools.lru_cache(maxsize=4096)
+def _feasible(n: int, s: int, caps: tuple[int, ...]) -> tuple[int, ...] | None:
+    """An assignment chunk -> holder with at most ``caps[w]`` chunks per worker, or None if there is none."""
+    csr_matrix, maximum_bipartite_matching, _ = load_graph_routines()
+    caps = np.asarray(caps, dtype=int)
     slot_worker = np.repeat(np.arange(n), caps)
     first = np.concatenate(([0], np.cumsum(caps)))
     rows, cols = [], []
@@ -112,15 +126,14 @@ def _feasible(n: int, s: int, caps: np.ndarray) -> np.ndarray | None:
     match = maximum_bipartite_matching(graph, perm_type="column")   # slot matched to each chunk, -1: none
     if np.any(match < 0):
         return None
-    return slot_worker[match]
+    return tuple(int(w) for w in slot_worker[match])
 
 
-def _feasible_multi(n: int, s: int, caps: np.ndarray, l: int) -> list[set[int]] | None:
+@functools.lru_cache(maxsize=4096)
+def _feasible_multi(n: int, s: int, caps: tuple[int, ...], l: int) -> tuple[frozenset[int], ...] | None:
     """For each chunk ``l`` distinct holders, with at most ``caps[w]`` chunks per worker, or None if impossible
     (a maximum flow: source -> chunk, capacity ``l``; chunk -> each holder, 1; worker -> sink, ``caps[w]``)."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import maximum_flow
-
+    csr_matrix, _, maximum_flow = load_graph_routines()
     src, sink = 2 * n, 2 * n + 1     # chunks are nodes 0..n-1, workers n..2n-1
     rows, cols, cap = [], [], []
     for c, hs in enumerate(holders(n, s)):
@@ -138,7 +151,7 @@ def _feasible_multi(n: int, s: int, caps: np.ndarray, l: int) -> list[set[int]] 
     for a, b, f in zip(flow.row, flow.col, flow.data, strict=True):
         if a < n and n <= b < 2 * n and f > 0:
             chosen[a].add(int(b - n))
-    return chosen
+    return tuple(frozenset(c) for c in chosen)
 
 
 def optimal_order(tau, s: int, l: int = 1) -> tuple[tuple[int, ...], ...]:
@@ -153,7 +166,7 @@ def optimal_order(tau, s: int, l: int = 1) -> tuple[tuple[int, ...], ...]:
     best = None
     while lo <= hi:    # the least candidate time whose capacities cover every chunk (l times)
         mid = (lo + hi) // 2
-        caps = np.minimum(ell, np.floor(candidates[mid] / tau + 1e-12).astype(int))
+        caps = tuple(int(k) for k in np.minimum(ell, np.floor(candidates[mid] / tau + 1e-12)))
         got = _feasible(n, s, caps) if l == 1 else _feasible_multi(n, s, caps, l)
         if got is not None:
             best, hi = got, mid - 1

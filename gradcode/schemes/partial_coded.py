@@ -154,6 +154,8 @@ class PartialCoded(Scheme):
                 raise ConfigError("partial_coded: partitions is a parameter of protocol = 'tandon'")
             self._n_parts = self.n
         self._warned: set = set()
+        if self.protocol == "stream" and self.order == "optimized":
+            chunk_order.load_graph_routines()    # now, not inside the first iteration (observe_chunks)
         self.reset()
 
     # --- state: the per-chunk times seen so far (order = "optimized") -----------------------------------------
