@@ -58,9 +58,11 @@ BAD = [-1, 0, 0.5, 1.5, "abc", "2", "1.5", "-1", [], [1, 2], {}, {"x": 1}, True,
 CASE_TIMEOUT = 60.0     # seconds a case may take before it counts as a hang (its process group is killed)
 
 # a valid value for every parameter a group's baseline must set (the rest keep their defaults)
-SCHEME_BASE = {"fastest_k": {"k": 3}, "backup": {"k": 2, "b": 1}, "coded": {"code": "cyclic_mds", "s": 1},
+SCHEME_BASE = {"fastest_k": {"k": 3}, "backup": {"k": 3, "b": 1}, "coded": {"code": "cyclic_mds", "s": 1},
                "partial_coded": {"s": 1}}
-DELAY_BASE = {"mixture": {"components": [{"weight": 1, "model": "constant"}]}, "straggle": {"count": 1}}
+DELAY_BASE = {"mixture": {"components": [{"weight": 1, "model": "constant"}]}, "straggle": {"count": 1},
+              "heterogeneous": {"speeds": [1, 2, 1, 0.5]}}
+SCHEME_SAMPLES = {"dropcompute": 200, "anytime": 400}   # schemes with many partitions need more samples
 WORKLOAD_BASE = {"least_squares": {"n_samples": 40, "dim": 3}, "logistic": {"n_samples": 40, "dim": 3},
                  "mlp": {"hidden": [4]}}
 
@@ -95,11 +97,13 @@ def _groups() -> list[tuple[str, dict, list[tuple]]]:
                 [("run", k) for k in RUN_KEYS if k not in BASE["run"] or k == "seed"]
                 + [("cluster", k) for k in CLUSTER_KEYS if k not in BASE["cluster"]]))
     for name in KINDS["code"].names():
-        spec = {**BASE, "schemes": [{"name": "coded", "code": name, "s": 1}]}
+        spec = {**BASE, "schemes": [{"name": "coded", "code": name, "s": 0 if name == "uncoded" else 1}]}
         params = [p.name for p in KINDS["code"].describe(name).params]
         out.append((f"code {name}", spec, [("schemes", 0, k) for k in ["s", *params]]))
     for name in KINDS["scheme"].names():
         spec = {**BASE, "schemes": [{"name": name, **SCHEME_BASE.get(name, {})}]}
+        if name in SCHEME_SAMPLES:
+            spec["workload"] = {**BASE["workload"], "n_samples": SCHEME_SAMPLES[name]}
         params = [p.name for p in KINDS["scheme"].describe(name).params]
         out.append((f"scheme {name}", spec, [("schemes", 0, k) for k in params]))
     for name in KINDS["delay"].names():
