@@ -207,6 +207,9 @@ class ParetoDelay(DelayModel):
                      + self.comm)
 
 
+SIGMA_MAX = 30.0   # lognormal: exp(-sigma^2/2) of the mean-1 normalisation is 0 in floating point beyond sigma ~ 38
+
+
 class LognormalDelay(DelayModel):
     """DropCompute's injected noise: ``U = base * (1 + scale * X)``, ``X = exp(sigma Z - sigma^2/2)``
     lognormal of mean 1 (``Z ~ N(0, 1)``), so ``E[U] = base (1 + scale)``. [code]
@@ -238,7 +241,11 @@ class LognormalDelay(DelayModel):
         if sigma is None:
             sd = 1.0 if sd is None else check_float("sd", sd, low=0.0, low_open=True)
             sigma = math.sqrt(math.log1p(sd * sd))
-        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True)
+            if sigma > SIGMA_MAX:
+                raise ConfigError(f"lognormal: sd = {sd:g} is too large (log-scale sigma = {sigma:.3g} > "
+                                  f"{SIGMA_MAX:g}: the mean-1 normalisation exp(-sigma^2/2) underflows); give sd <= "
+                                  f"{math.exp(SIGMA_MAX ** 2 / 2):.3g}")
+        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True, high=SIGMA_MAX)
         self._params = {"base": self.base, "scale": self.scale, "sigma": self.sigma}
 
     def _ppf(self, u):   # base (1 + scale exp(sigma ndtri(u) - sigma^2/2)), in place

@@ -408,7 +408,7 @@ def _nested(what: str, spec) -> DelayModel:
 
 
 def _check_workers(what: str, workers) -> tuple[int, ...]:
-    if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
+    if isinstance(workers, (str, bytes, dict)) or not hasattr(workers, "__iter__"):
         raise ConfigError(f"{what} must be a list of worker indices (ints >= 0), got {workers!r}")
     return tuple(sorted({check_int(what, w, low=0) for w in workers}))
 
