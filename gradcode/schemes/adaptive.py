@@ -122,7 +122,7 @@ class AdaptiveKLoad(_Averaging):
         if stages is None:
             stages = sorted({max(1, full // 2**e) for e in range(4, -1, -1)})
         if isinstance(stages, (str, bytes, dict)) or not isinstance(stages, (list, tuple)) or not stages:
-            raise ConfigError(f"adaptive_k_load: stages must be a non-empty list of increasing effective batches "
+            raise ConfigError("adaptive_k_load: stages must be a non-empty list of increasing effective batches "
                               f"(integers in 1..n*max_batch = {full}), got {stages!r}")
         self.stages = [check_int("stages[]", x, low=1, high=full) for x in stages]
         if self.stages != sorted(set(self.stages)):
