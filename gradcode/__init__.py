@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import importlib
 
-from .codes import Code, code_class, list_codes, make_code
 from .errors import ConfigError, DecodeFallbackWarning, GradcodeError, IllConditionedError, NotDecodableError
 
 __version__ = "0.1.0"
 
-# The rest of the public surface is imported on first use (PEP 562), which keeps `import gradcode` fast.
+# The public surface is imported on first use (PEP 562), which keeps `import gradcode` fast (a few ms, not the
+# seconds of numpy and scipy): the `gradcode` command then catches a Ctrl-C during its imports (cli.main) and
+# prints one line instead of a KeyboardInterrupt traceback.
 _LAZY = {
+    "Code": "codes", "code_class": "codes", "list_codes": "codes", "make_code": "codes",
     "DelayModel": "delays", "list_delays": "delays", "make_delay": "delays",
     "Scheme": "schemes", "list_schemes": "schemes", "make_scheme": "schemes",
     "Workload": "workloads", "list_workloads": "workloads", "make_workload": "workloads",
@@ -33,11 +35,16 @@ _LAZY = {
 }
 
 
+_SUBPACKAGES = ("codes", "delays", "schemes", "workloads")
+
+
 def __getattr__(name: str):
     if name in _LAZY:
         value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
         globals()[name] = value
         return value
+    if name in _SUBPACKAGES:     # `import gradcode; gradcode.codes.X`, as when the package imported them eagerly
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'gradcode' has no attribute {name!r}")
 
 

@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 from .errors import GradcodeError
-from .registry import KINDS
+
+# Only the standard library and gradcode.errors at import: numpy, scipy and the registry load inside main(), where
+# a Ctrl-C is one line and exit code 130, not a KeyboardInterrupt traceback out of an import.
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     desc = sub.add_parser("describe", help="the parameters (with defaults) and documentation of a code, scheme, "
                                            "delay model or workload")
     desc.add_argument("name", help="a registered name, a plugin's name or 'package.module:ClassName'")
-    desc.add_argument("--kind", choices=list(KINDS), help="only this kind (a name may be both a code and a scheme)")
+    desc.add_argument("--kind", choices=list(_kinds()), help="only this kind (a name may be both a code and a scheme)")
     sim = sub.add_parser("simulate", help="run one scheme of a spec on the simulated cluster")
     sim.add_argument("spec", help="experiment spec (TOML)")
     sim.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
@@ -78,16 +80,25 @@ def _run_overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", metavar="SEED", help="override [run] seed / seeds")
 
 
+def _kinds() -> dict:
+    from .registry import KINDS
+
+    return KINDS
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    command = "gradcode"
     try:
+        args = _parser().parse_args(argv)
+        command = f"gradcode {args.command}"
         return _COMMANDS[args.command](args)
     except GradcodeError as err:
-        print(f"gradcode {args.command}: error: {err}", file=sys.stderr)
+        print(f"{command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Ctrl-C: one line, the shell's exit code for SIGINT; records written so far stay (flushed per iteration)
-        print(f"\ngradcode {args.command}: interrupted", file=sys.stderr)
+        # Ctrl-C (also while the libraries load): one line, the shell's exit code for SIGINT; records written so far
+        # stay (flushed per iteration)
+        print(f"\n{command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # output piped into `head` and closed early: not an error (see the Python docs on SIGPIPE)
@@ -103,7 +114,7 @@ def _demo(args) -> int:
 
 
 def _list(args) -> int:
-    for title, registry in zip(("codes", "schemes", "delay models", "workloads"), KINDS.values(), strict=True):
+    for title, registry in zip(("codes", "schemes", "delay models", "workloads"), _kinds().values(), strict=True):
         print(f"{title}:")
         for name, text in registry.list().items():
             print(f"  {name:<22} {text}")

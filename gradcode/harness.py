@@ -245,16 +245,18 @@ def _units(spec: Spec) -> list[dict[str, Any]]:
         scheme.bind(delay=delay)
         per_unit = scheme.samples_per_unit
         if per_unit is None and workload is not None:
-            per_unit = _partition_samples_per_unit(scheme.plan(0), workload.n_samples)
+            per_unit = _partition_samples_per_unit(scheme.plan(0), workload)
         out.append({"dim": d, "samples_per_unit": per_unit,
                     "message_floats": None if d is None else scheme.message_size(d), "work_note": scheme.work_note})
     return out
 
 
-def _partition_samples_per_unit(plan, n_samples: int) -> float:
+def _partition_samples_per_unit(plan, workload) -> float:
     """Whole partitions: the samples worker 0 computes over its load (one partition per unit for the master schemes
-    and the codes; DropCompute's micro-batch partitions are ``micro_load`` units each)."""
-    per_part = n_samples / plan.n_parts
+    and the codes; DropCompute's micro-batch partitions are ``micro_load`` units each). More partitions than samples
+    is the workload's ConfigError, here before anything is built from the partitions."""
+    workload.partition_bounds(plan.n_parts)
+    per_part = workload.n_samples / plan.n_parts
     load = float(np.asarray(plan.load)[0])
     return per_part * len(plan.parts[0]) / load if load > 0 else per_part
 

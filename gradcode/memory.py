@@ -53,12 +53,21 @@ def estimate_bytes(scheme, iterations: int, workload=None) -> int:
     if workload is not None:
         per_record += BUSY_BYTES * n
         total += 3 * 8 * plan.n_parts * int(workload.dim)   # partial gradients, messages, their combination
+        if plan.batch:    # each partition's mini-batch gathered: rows of X and their residuals
+            total += batch_bytes(plan.n_parts, plan.batch, workload)
     return int(total + iterations * per_record)
 
 
 RANK_BYTES = 48_000_000      # per MPI rank: private memory (interpreter, numpy, scipy, mpi4py) and MPICH's segments
 LIBRARY_BYTES = 45_000_000   # the libraries' code, mapped once for all ranks
 MODEL_SLOTS = 8              # model versions in the shared window (mpi_runtime.protocol.MODEL_SLOTS)
+
+
+def batch_bytes(n_parts: int, batch: int, workload) -> int:
+    """Bytes of one gradient evaluation's mini-batches: ``n_parts x batch`` rows of ``X`` (``dim`` numbers at most)
+    and their residuals, 8 bytes each (a batch larger than its partition is drawn with replacement, so it may be
+    as large as the user asks)."""
+    return 8 * int(n_parts) * int(batch) * (int(workload.dim) + 1)
 
 
 def workload_bytes(workload) -> int:
@@ -105,11 +114,11 @@ def check_mpi_memory(scheme, workload, iterations: int, *, available: tuple[int,
     if have is not None and need > have[0]:
         n = scheme.n
         raise ConfigError(
-            f"this MPI run would need about {_gb(need)} of memory on this host ({n + 1} ranks of about "
-            f"{_gb(RANK_BYTES + workload_bytes(workload))} each: the interpreter, numpy, scipy, mpi4py and a copy of "
-            f"the workload's data of {_gb(workload_bytes(workload))}), but only {_gb(max(have[0], 0))} is "
-            f"available ({have[1]}); use fewer workers or a smaller workload, or spread the ranks over several "
-            "hosts (--hostfile)")
+            f"this MPI run would need about {describe_bytes(need)} of memory on this host ({n + 1} ranks of "
+            f"about {describe_bytes(RANK_BYTES + workload_bytes(workload))} each: the interpreter, numpy, scipy, "
+            f"mpi4py and a copy of the workload's data of {describe_bytes(workload_bytes(workload))}), but only "
+            f"{describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer workers or a smaller workload, "
+            "or spread the ranks over several hosts (--hostfile)")
     return need
 
 
@@ -163,16 +172,17 @@ def check_memory(scheme, iterations: int, workload=None, *, available: tuple[int
     have = available_bytes() if available is None else available
     if have is not None and need > have[0]:
         raise ConfigError(
-            f"this run would need about {_gb(need)} of memory (n = {scheme.n} workers, {iterations} iterations: "
-            f"{_gb(WORKING_BYTES * scheme.n)} of per-iteration arrays, the rest for the records kept), but only "
-            f"{_gb(max(have[0], 0))} is available ({have[1]}); use fewer workers or fewer iterations")
+            f"this run would need about {describe_bytes(need)} of memory (n = {scheme.n} workers, {iterations} "
+            f"iterations: {describe_bytes(WORKING_BYTES * scheme.n)} of per-iteration arrays, the rest for the "
+            f"records kept), but only {describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer "
+            "workers or fewer iterations"
+            + (" or a smaller batch" if scheme.plan(0).batch else ""))
     return need
 
 
-def _gb(x: float) -> str:
+def describe_bytes(x: float) -> str:
+    """A byte count for a message: ``"12 MB"``, ``"3.4 GB"``, ``"1.2e+12 GB"`` above 1e15 bytes."""
     if x >= 1e15:
         return f"{x / 1e9:.1e} GB"
     return f"{x / 1e9:.1f} GB" if x >= 1e8 else f"{x / 1e6:.0f} MB"
 
-
-describe_bytes = _gb     # public name for other modules (codes refuse n x n matrices that cannot fit)

@@ -38,7 +38,7 @@ class Optimizer:
     the step ``w <- w - lr * s`` for the gradient ``g`` and advances the state."""
 
     def __init__(self, name: str = "sgd", momentum: float = 0.9):
-        if name not in OPTIMIZERS:
+        if not isinstance(name, str) or name not in OPTIMIZERS:
             raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
         momentum = check_float("momentum", momentum, low=0.0)
         if momentum >= 1.0:

@@ -180,7 +180,12 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     cluster["workers"] = check_int("[cluster] workers (n)", cluster["workers"], low=1)
     if cluster.get("kind", "sim") not in CLUSTER_KINDS:
         raise ConfigError(f"[cluster] kind must be one of {', '.join(CLUSTER_KINDS)}, got {cluster['kind']!r}")
-    _check_keys(_table(raw, "experiment"), EXPERIMENT_KEYS, "[experiment]")
+    experiment = _table(raw, "experiment")
+    _check_keys(experiment, EXPERIMENT_KEYS, "[experiment]")
+    for key in EXPERIMENT_KEYS:
+        if key in experiment and not isinstance(experiment[key], str):
+            raise ConfigError(f"[experiment] {key} must be a string ({EXPERIMENT_KEYS[key]}), got "
+                              f"{experiment[key]!r}")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
     check_run(run)

@@ -41,6 +41,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -129,6 +130,7 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
         return results
     if not pooled:
         return results
+    others = set(multiprocessing.active_children())    # processes of ours that are not the pool's
     pool = _pool(executor, min(jobs, len(pooled)), lock_fd)
     try:
         pending = {pool.submit(run_cell, t): t for t in pooled}
@@ -141,7 +143,7 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
                 except GradcodeError as err:
                     done({"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]})
     except BaseException:        # Ctrl-C: no new cell starts; finished cells keep their markers
-        workers = _workers(pool)      # before shutdown(), which forgets them
+        workers = _workers(others)    # before shutdown(), which joins them
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in workers:
             proc.terminate()
@@ -150,11 +152,12 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
     return results
 
 
-def _workers(pool) -> list:
-    """The worker processes of a process pool, to end at once on Ctrl-C: a running cell would otherwise go on (its
+def _workers(others: set) -> list:
+    """The worker processes of the process pool, to end at once on Ctrl-C: a running cell would otherwise go on (its
     records stay, flushed per iteration; a resume redoes the cell), and the interpreter's exit would wait for it.
-    ProcessPoolExecutor keeps them in ``_processes`` (Python 3.9 - 3.13; ``terminate_workers()`` from 3.14)."""
-    return list((getattr(pool, "_processes", None) or {}).values())
+    They are this process's multiprocessing children (``multiprocessing.active_children()``, a public API) that
+    were not there before the pool (``others``); an MPI pool has none here."""
+    return [p for p in multiprocessing.active_children() if p not in others]
 
 
 def _guarded(task: dict) -> dict:

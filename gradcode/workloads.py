@@ -444,13 +444,14 @@ class LeastSquares(Workload):
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         condition = check_float("condition", condition, low=1.0)
-        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0, high=1.0)
         seed = check_seed(seed)
         self.params = dict(n_samples=n_samples, dim=dim, noise=noise, condition=condition, seed=seed, data=data,
                            test_fraction=test_fraction)
         if data is not None:       # a user's data: n_samples, dim, noise and condition do not apply
             X, y = _user_data(self.name, data, "regression")
         else:
+            _check_data_bytes(self.name, n_samples, dim)
             rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
             scales = condition ** (-0.5 * np.linspace(0.0, 1.0, dim))
             X = rng.standard_normal((n_samples, dim)) * scales
@@ -512,13 +513,14 @@ class Logistic(Workload):
         dim = check_int("dim", dim, low=1)
         noise = check_float("noise", noise, low=0.0)
         reg = check_float("reg", reg, low=0.0)
-        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0, high=1.0)
         seed = check_seed(seed)
         self.params = dict(n_samples=n_samples, dim=dim, noise=noise, reg=reg, seed=seed, data=data,
                            test_fraction=test_fraction)
         if data is not None:       # a user's data, labels {0, 1} or {-1, +1}: n_samples, dim, noise do not apply
             X, y = _user_data(self.name, data, "binary")
         else:
+            _check_data_bytes(self.name, n_samples, dim)
             rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
             X = rng.standard_normal((n_samples, dim))
             self.w_star = rng.standard_normal(dim)
@@ -566,7 +568,7 @@ class SoftmaxDigits(Workload):
 
     def __init__(self, reg: float = 1e-4, seed: int = 0, data: str | None = None, test_fraction: float = 0.0):
         reg = check_float("reg", reg, low=0.0)
-        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0, high=1.0)
         seed = check_seed(seed)
         self.params = dict(reg=reg, seed=seed, data=data, test_fraction=test_fraction)
         X, y = _digits(self.name) if data is None else _user_data(self.name, data, "multiclass")
@@ -629,16 +631,16 @@ class MLP(Workload):
 
     def __init__(self, hidden=(32,), activation: str = "relu", reg: float = 1e-4, lr: float = 0.5,
                  test_fraction: float = 0.2, data: str | None = None, seed: int = 0):
-        if isinstance(hidden, int | np.integer):
+        if isinstance(hidden, int | np.integer) and not isinstance(hidden, bool):
             hidden = [hidden]
-        if not isinstance(hidden, list | tuple) or not all(isinstance(h, int | np.integer) and h >= 1
-                                                           for h in hidden):
+        if not isinstance(hidden, list | tuple) or not all(isinstance(h, int | np.integer) and not isinstance(h, bool)
+                                                           and h >= 1 for h in hidden):
             raise ConfigError(f"mlp: hidden must be a list of layer sizes (ints >= 1), e.g. [32]; got {hidden!r}")
         if activation not in _ACTIVATIONS:
             raise ConfigError(f"mlp: activation must be one of {', '.join(_ACTIVATIONS)}, got {activation!r}")
         reg = check_float("reg", reg, low=0.0)
         lr = check_float("lr", lr, low=0.0, low_open=True)
-        test_fraction = check_float("test_fraction", test_fraction, low=0.0)
+        test_fraction = check_float("test_fraction", test_fraction, low=0.0, high=1.0)
         seed = check_seed(seed)
         self.params = dict(hidden=[int(h) for h in hidden], activation=activation, reg=reg, lr=lr,
                            test_fraction=test_fraction, data=data, seed=seed)
@@ -751,6 +753,18 @@ def _digits(who: str) -> tuple[np.ndarray, np.ndarray]:
         ) from None
     digits = load_digits()
     return digits.data / 16.0, digits.target.astype(np.int64)
+
+
+def _check_data_bytes(who: str, n_samples: int, dim: int) -> None:
+    """Refuse, before drawing it, a synthetic data set that cannot fit: ``n_samples x dim`` floats and a few copies
+    (8 bytes each); ``n_samples = 2^70`` made numpy fail with "Maximum allowed dimension exceeded"."""
+    from .memory import available_bytes, describe_bytes
+
+    need, have = 3 * 8 * n_samples * (dim + 1), available_bytes()
+    if have is not None and need > have[0]:
+        raise ConfigError(f"{who}: n_samples x dim = {n_samples} x {dim} needs about {describe_bytes(need)}, but only "
+                          f"{describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer samples or a "
+                          "smaller dim")
 
 
 def _user_data(who: str, path, task: str):

@@ -171,6 +171,18 @@ def prepare(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str | Non
     return cmd, environment(flavor), flavor
 
 
+def check_partitions(scheme, workload) -> None:
+    """The scheme's partitions of the data (``anytime``: ``n x max_samples``; DropCompute: ``n x M``) must not
+    outnumber the workload's samples: a :class:`ConfigError` here, before the launch, not from every rank."""
+    if workload is None:
+        return
+    n_parts = scheme.plan(0).n_parts
+    try:
+        workload.partition_bounds(n_parts)
+    except ConfigError as err:
+        raise ConfigError(f"scheme {scheme.name} plans {n_parts} data partitions: {err}") from None
+
+
 def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: int | None = None,
            seed: int | None = None, hostfile: str | None = None, mpiexec: str | None = None,
            timeout: float | None = None, echo=print) -> int:
@@ -180,8 +192,9 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
+    scheme_, _, workload = cfg.build()
+    check_partitions(scheme_, workload)
     if hostfile is None:     # one host: all n + 1 ranks here (with a hostfile the estimate says nothing per host)
-        scheme_, _, workload = cfg.build()
         check_mpi_memory(scheme_, workload, cfg.iterations)
     with FolderLock(writable_folder(out)) as lock:
         return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,

@@ -575,3 +575,14 @@ def test_a_new_wrapper_is_a_constructor_and_one_method():
     np.testing.assert_array_equal(model.cdf(x), base.cdf(x))
     assert model.expected_order_statistic(3, 5) == pytest.approx(base.expected_order_statistic(3, 5, method="numeric"),
                                                                  rel=1e-7)
+
+
+@pytest.mark.parametrize("module", ["", "_comm", "added", "parametric", "trace", "wrappers"])
+def test_docstring_examples_run(module):
+    """Every example in the delay models' docstrings runs as written (its imports included)."""
+    import doctest
+    import importlib
+
+    mod = importlib.import_module("gradcode.delays" + (f".{module}" if module else ""))
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0

@@ -304,3 +304,74 @@ def test_an_mpi_run_that_will_not_fit_is_refused_with_the_figure_before_launchin
     need = gradcode.memory.estimate_mpi_bytes(make_scheme("sync", n=3),
                                               make_workload("least_squares", n_samples=400, dim=4), 2)
     assert 0.2e9 < need < 0.3e9
+
+
+# --- found by benchmarks/probes/probe_reliability.py --kinds inputs (every parameter of every registered part) ----
+def _probe_spec(where: tuple, value) -> dict:
+    out = {"cluster": {"workers": 4}, "workload": {"name": "least_squares", "n_samples": 400, "dim": 3},
+           "delay": {"name": "constant"}, "schemes": [{"name": "sync"}], "run": {"iterations": 2, "seed": 0}}
+    table, key = where[0], where[-1]
+    if len(where) == 3:
+        out["schemes"] = [dict(where[1], **{key: value})]
+    else:
+        out[table] = {**out.get(table, {}), key: value}
+    return out
+
+
+PROBE_FOUND = [   # (where, value, words of the error): each was a traceback, a hang or silently accepted
+    (("run", "batch"), 2**70, ["memory", "smaller batch"]),
+    (("schemes", {"name": "sync"}, "batch"), 2**70, ["memory", "smaller batch"]),
+    (("run", "optimizer"), [], ["optimizer must be one of"]),
+    (("run", "optimizer"), {"x": 1}, ["optimizer must be one of"]),
+    (("schemes", {"name": "adaptive_k_load"}, "max_batch"), 2**70, ["memory"]),
+    (("schemes", {"name": "coded", "code": "reed_solomon_gf", "s": 1}, "max_abs"), 1e308, ["max_abs <="]),
+    (("delay", "sigma"), 1e308, ["sigma must be <= 30"]),
+    (("delay", "sd"), 1e308, ["sd = 1e+308 is too large"]),
+    (("workload", "n_samples"), 2**70, ["n_samples x dim", "available"]),
+    (("workload", "dim"), 2**70, ["n_samples x dim", "available"]),
+    (("workload", "test_fraction"), 1e308, ["test_fraction must be <= 1"]),
+    (("schemes", {"name": "dropcompute"}, "M"), 2**70, ["chunks per worker", "smaller M"]),
+    (("schemes", {"name": "anytime"}, "M"), 2**70, ["chunks per worker", "smaller M"]),
+    (("schemes", {"name": "anytime"}, "max_samples"), 2**70, ["chunks per worker", "smaller max_samples"]),
+    (("schemes", {"name": "anytime", "max_samples": 200}, "M"), 12, ["cannot split n_samples = 400"]),
+    (("experiment", "name"), ["a"], ["[experiment] name must be a string"]),
+    (("delay", "workers"), {}, ["workers must be a list"]),
+]
+
+
+@pytest.mark.parametrize(("where", "value", "words"), PROBE_FOUND, ids=lambda v: str(v)[:40])
+def test_inputs_the_probe_found_are_clear_errors_before_work(where, value, words):
+    from gradcode.harness import load_experiment
+    from gradcode.spec import build
+
+    spec = _probe_spec(where, value)
+    if where[0] == "delay":
+        spec["delay"] = {"name": "lognormal" if where[1] in ("sigma", "sd") else "persistent", where[1]: value}
+    with pytest.raises(ConfigError) as err:
+        exp = load_experiment(spec, mpi=(False, "test"))
+        schemes, delay, workload = build(exp.spec)
+        for scheme in schemes:
+            simulate(scheme, delay, workload, iterations=2, seed=0)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_mlp_hidden_true_is_not_one_layer_of_one_unit():
+    with pytest.raises(ConfigError, match="hidden must be a list"):
+        make_workload("mlp", hidden=True)
+
+
+def test_mpi_run_with_more_partitions_than_samples_is_refused_before_the_launch(tmp_path, monkeypatch):
+    """anytime plans n x max_samples partitions: with too few samples every rank used to fail after the launch."""
+    import tomli_w
+
+    import mpi_runtime.launch as launch
+
+    monkeypatch.setattr(launch, "prepare", lambda *a, **k: pytest.fail("launched"))
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps({"cluster": {"workers": 3, "kind": "mpi"}, "delay": {"name": "constant"},
+                                   "workload": {"name": "least_squares", "n_samples": 40, "dim": 3},
+                                   "scheme": {"name": "anytime"}, "run": {"iterations": 2, "time_scale": 0.01}}))
+    with pytest.raises(ConfigError, match="scheme anytime plans 108 data partitions.*cannot split n_samples = 40"):
+        launch.launch(path, tmp_path / "out", echo=lambda *a: None)
+    assert not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 """Partial work: chunked interruptible workers, streaming, ``partial_coded`` and its chunk order (issue 13)."""
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -212,6 +213,23 @@ def test_exact_mode_that_cannot_decode_falls_back_audibly():
     with pytest.warns(DecodeFallbackWarning):
         out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
     assert out.method == "fallback" and out.residual > 1e-8
+
+
+def test_exact_mode_keeps_the_codes_error_margin(monkeypatch):
+    """A residual of tol / 2 is not exact: the codes' rule ``ERROR_MARGIN * residual <= tol`` holds here too."""
+    from gradcode.codes._base import ERROR_MARGIN
+
+    sch = make_scheme("partial_coded", n=4, s=1, order="natural", group=2)
+    plan = sch.plan(0)
+    G = _partials(4)
+    received = [(i, c) for i in range(4) for c in sch.emits(i, plan)]
+    messages = _messages(sch, plan, received, G)
+    for residual, exact in ((sch.tol / 2, False), (sch.tol / ERROR_MARGIN, True)):
+        monkeypatch.setattr(sch, "_weights", lambda rec, p, r=residual: (np.ones(len(rec)) / 2, r))
+        assert sch.stream_done(received, plan) is exact
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DecodeFallbackWarning)
+            assert sch.combine_stream(messages, received, plan).method == ("exact" if exact else "fallback")
 
 
 def test_tandon_needs_every_first_message_and_a_decodable_code():

@@ -448,3 +448,23 @@ def test_ctrl_c_of_a_sweep_with_jobs_is_one_line_exit_130(tmp_path):
     assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stderr.rstrip().splitlines()[-1] == "gradcode sweep: interrupted"
     assert _wait_dead(_processes(str(out)), 10) == []
+
+
+def test_ctrl_c_while_the_libraries_load_is_one_line_exit_130():
+    """A real SIGINT at the moment numpy starts to load, in a process that starts as the `gradcode` script does
+    (``from gradcode.cli import main``): the imports happen inside main(), so one line and 130, no traceback."""
+    code = ("import builtins, os, signal, sys\n"
+            "real = builtins.__import__\n"
+            "def hooked(name, *args, **kwargs):\n"
+            "    if name == 'numpy' and not hooked.fired:\n"
+            "        hooked.fired = True\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "    return real(name, *args, **kwargs)\n"
+            "hooked.fired = False\n"
+            "builtins.__import__ = hooked\n"
+            "from gradcode.cli import main\n"
+            "sys.exit(main(['list']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.returncode == 130, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stderr.strip() == "gradcode list: interrupted"

@@ -36,6 +36,8 @@ from gradcode.schemes.dropcompute import choose_tau, local_stop
         ("adaptive_k_load", {"stages": [40, 20]}, ["stages", "increasing"]),
         ("adaptive_k_load", {"batch": 8}, ["unknown parameter 'batch'", "largest per-worker batch is max_batch"]),
         ("adaptive_k_load", {"max_batch": 0}, ["max_batch", ">= 1"]),
+        ("adaptive_k_load", {"stages": 3}, ["stages", "non-empty list"]),        # found by the input probe
+        ("adaptive_k_load", {"stages": []}, ["stages", "non-empty list"]),
         ("nope", {}, ["unknown scheme", "fastest_k"]),
     ],
 )
@@ -44,6 +46,26 @@ def test_bad_parameters_are_named(name, params, words):
         make_scheme(name, n=10, **params)
     for word in words:
         assert word in str(err.value)
+
+
+def test_adaptive_k_load_choice_is_the_brute_force_one_and_cheap_for_a_huge_max_batch():
+    """(k, b) of each stage from the n candidates b = ceil(B / k) equals the search over every b = 1..max_batch;
+    max_batch = 2^70 (the input probe: it searched for ever) is chosen at once."""
+    import math
+
+    delays = [{"name": "shifted_exponential", "a": 1.0, "mu": 1.0}, {"name": "pareto", "alpha": 2.5},
+              {"name": "constant"}]
+    for n, max_batch, delay in ((6, 16, delays[0]), (7, 9, delays[1]), (5, 12, delays[2])):
+        sch = make_scheme("adaptive_k_load", n=n, max_batch=max_batch, delay=delay,
+                          stages=list(range(1, n * max_batch + 1, 5)))
+        for B in sch.stages:
+            costs = [(sch.delay.expected_order_statistic(math.ceil(B / b), n, load=b / max_batch), b)
+                     for b in range(1, max_batch + 1) if math.ceil(B / b) <= n]
+            best = min(c for c, _ in costs)
+            b = next(b for c, b in costs if c < best + 1e-12)
+            assert sch._choose(B) == (math.ceil(B / b), b)
+    huge = make_scheme("adaptive_k_load", n=4, max_batch=2**70, delay=delays[0])
+    assert huge.stop_count() >= 1 and huge.plan(0).batch <= 2**70
 
 
 def test_code_with_other_n_is_rejected():

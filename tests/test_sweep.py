@@ -327,3 +327,25 @@ def test_cli_overrides_of_iterations_and_seeds(tmp_path):
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((tmp_path / "c" / "summary.json").read_text())
     assert {(r["seed"], r["iterations"]) for r in runs} == {(7, 2)}
+
+
+def test_ctrl_c_ends_the_pool_workers_found_by_a_public_api():
+    """sweep_run._workers: the process pool's workers are the multiprocessing children that were not there before
+    it (no private ``pool._processes``); another child of ours is left alone."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from gradcode.sweep_run import _workers
+
+    bystander = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+    bystander.start()
+    try:
+        others = set(multiprocessing.active_children())
+        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as pool:
+            assert pool.submit(abs, -3).result() == 3
+            found = _workers(others)
+            assert bystander not in found and 1 <= len(found) <= 2
+            assert all(p.is_alive() for p in found)
+    finally:
+        bystander.terminate()
+        bystander.join()

@@ -116,6 +116,40 @@ def test_trace_comm_column_replayed(tmp_path):
         make_delay({"name": "trace", "offset": -1})
 
 
+def test_wrappers_keep_the_trace_comm_column(tmp_path):
+    """straggle, heterogeneous, persistent and unresponsive around a captured trace replay its comm_s (sampled and in
+    the i.i.d. view) unless they are given a comm of their own, which replaces it (as for any wrapped model)."""
+    path = tmp_path / "t.csv"
+    path.write_text(HEADER + "\n0,0,0,0,1.0,0.1\n0,1,0,0,2.0,0.2\n1,0,0,0,3.0,0.3\n1,1,0,0,4.0,0.4\n")
+    base = {"name": "trace", "trace": str(path), "normalize": False, "offset": 0}
+    bare = make_delay(base)
+    for spec in ({"name": "straggle", "count": 0}, {"name": "heterogeneous", "speeds": [1, 1]},
+                 {"name": "persistent", "workers": [], "slowdown": 2}, {"name": "unresponsive"}):
+        wrapped = make_delay({**spec, "base": base})
+        np.testing.assert_allclose(wrapped.sample(7, [0, 1], 2, load=2.0)[1], [[0.1, 0.2], [0.3, 0.4]])
+        assert wrapped.mean() == pytest.approx(bare.mean())
+        assert wrapped.expected_order_statistic(2, 2) == pytest.approx(bare.expected_order_statistic(2, 2))
+        own = make_delay({**spec, "base": base, "comm": 1.0, "comm_dist": "constant"})
+        assert own.sample(7, [0, 1], 2)[1].tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_order_statistics_cache_sees_a_changed_trace_inside_a_mixture(tmp_path):
+    """The process-wide cache of E[T_(k:n)] is keyed by every trace file in the delay tree (path, size, mtime):
+    a trace rewritten inside a mixture (or a wrapper inside a mixture) gives new numbers."""
+    path = tmp_path / "t.csv"
+    trace = {"name": "trace", "trace": str(path), "normalize": False, "offset": 0}
+    specs = [{"name": "mixture", "components": [{"weight": 0.5, "model": trace}, {"weight": 0.5, "model": "constant"}]},
+             {"name": "mixture", "components": [{"weight": 1, "model": {"name": "straggle", "count": 0,
+                                                                         "base": trace}}]}]
+    before, after = [], []
+    for times, out in (("1.0,2.0,3.0,4.0", before), ("10.0,20.0,30.0,40.0", after)):
+        t = times.split(",")
+        path.write_text(HEADER + f"\n0,0,0,0,{t[0]},0.1\n0,1,0,0,{t[1]},0.2\n1,0,0,0,{t[2]},0.3\n1,1,0,0,{t[3]},0.4\n")
+        out += [make_delay(spec).expected_order_statistic(2, 3) for spec in specs]
+    fresh = [make_delay(spec).expected_order_statistic(2, 3) for spec in specs]
+    assert after == pytest.approx(fresh) and all(a > 2 * b for a, b in zip(after, before, strict=True))
+
+
 def _replay_spec(path: Path) -> dict:
     return {"name": "trace", "trace": str(path), "normalize": False, "offset": 0}
 

@@ -7,6 +7,7 @@ back with no warning. Not a test (thousands of decodes).
 from __future__ import annotations
 
 import argparse
+import json
 import warnings
 
 import numpy as np
@@ -21,6 +22,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--code", default="cyclic_mds")
     ap.add_argument("--nmax", type=int, default=100)
+    ap.add_argument("--json", action="store_true", help="end with the counts as one JSON line")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     codes: dict = {}
@@ -58,6 +60,8 @@ def main() -> None:
     print(args.code, counts)
     for err, n, s, r in sorted(worst, reverse=True)[:10]:
         print(f"  silent: n={n} s={s} rel.err={err:.2e} residual={r:.2e}")
+    if args.json:
+        print(json.dumps(counts))
 
 
 if __name__ == "__main__":

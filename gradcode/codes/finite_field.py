@@ -120,8 +120,8 @@ class ReedSolomonGF(ReedSolomonBase):
             self.max_abs = qmax / scale
         else:
             self.max_abs = check_float("max_abs", self._max_abs_arg, low=0.0, low_open=True)
-            qmax = math.ceil(self.max_abs * scale)
-            if n_parts * qmax > half:
+            scaled = self.max_abs * scale      # inf for max_abs near 1e308: too large, as any value above the bound
+            if not math.isfinite(scaled) or n_parts * math.ceil(scaled) > half:
                 raise ConfigError(
                     f"reed_solomon_gf: n_parts * max_abs * 2^frac_bits = {n_parts} * {self.max_abs:g} * "
                     f"2^{self.frac_bits} must be below p/2 = {half}; accepted: max_abs <= "

@@ -16,6 +16,8 @@ load)``, whatever the scheme and the other workers (:mod:`._crn`). ``cdf``, ``me
 Use :func:`make_delay` (a name, a ``{"name": ..., **params}`` dict as read from TOML, or a model) and
 :func:`list_delays`.
 
+>>> from gradcode.delays import make_delay
+>>> import numpy as np
 >>> d = make_delay("shifted_exponential", a=1.0, mu=2.0)
 >>> compute, comm = d.sample(seed=0, t=np.arange(3), n=4)
 >>> compute.shape, bool((compute >= 1.0).all())
@@ -53,6 +55,7 @@ def make_delay(name, **params) -> DelayModel:
 
     Nested parameters (``base``, a mixture component's ``model``) accept the same three forms.
 
+    >>> from gradcode.delays import make_delay
     >>> make_delay({"name": "persistent", "base": {"name": "exponential", "mu": 2.0}, "frac": 0.2}).name
     'persistent'
     """

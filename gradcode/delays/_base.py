@@ -326,12 +326,25 @@ class DelayModel:
             return None
 
     def _sources(self) -> list:
-        """What the model read besides its spec (a trace file's path and modification time), nested models too."""
-        out = [getattr(self, "source_stamp", None)]
-        for val in getattr(self, "_params", {}).values():
-            if isinstance(val, DelayModel):
-                out += val._sources()
-        return out
+        """What the model read besides its spec: the ``source_stamp`` (a trace file's path, size and modification
+        time) of every model in its tree, wherever it sits (a wrapper's ``base``, a mixture's components, a
+        heterogeneous model's slowed copies, a component of a component)."""
+        out, seen, todo = [], set(), [self]
+        while todo:
+            obj = todo.pop()
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, DelayModel):
+                stamp = obj.__dict__.get("source_stamp")
+                if stamp is not None:
+                    out.append(stamp)
+                todo.extend(v for k, v in obj.__dict__.items() if not k.startswith("_eos"))
+            elif isinstance(obj, (list, tuple)):
+                todo.extend(obj)
+            elif isinstance(obj, dict):
+                todo.extend(obj.values())
+        return sorted(out)
 
     def _eos(self, k: int, n: int, load: float, method: str) -> float:
         """:meth:`expected_order_statistic` of checked arguments."""

@@ -14,6 +14,7 @@ the communication, an inverse CDF for sampling:
 :func:`make_comm` reads ``comm`` (the mean) and ``comm_dist`` (a name or an inline table) and :func:`make_extra`
 reads ``extra`` (a number or an inline table). See ``docs/references.md#delay-models``.
 
+>>> from gradcode.delays._comm import make_comm
 >>> c = make_comm(2.0, "pareto")          # Pareto(alpha = 1.3) rescaled to mean 2
 >>> round(c.mean, 6), c.tail()
 (2.0, 1.3)

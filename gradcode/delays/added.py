@@ -42,6 +42,7 @@ class StraggleDelay(Wrapper):
     workers, ``count`` delayed and ``n - count`` not (which ones does not change the order statistics); ``cdf`` and
     ``mean`` (no ``n`` given) describe a worker that is not delayed. [derived]
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay({"name": "straggle", "base": {"name": "constant"}, "count": 2, "extra": 5})
     >>> compute, comm = d.sample(0, 0, 6, load=3)
     >>> compute[0].tolist(), sorted(comm[0].tolist())
@@ -136,6 +137,7 @@ class HeterogeneousDelay(Wrapper):
     ``n = len(speeds)``, the workers being groups of equal speed) or ``E_v[F_U(x v)]`` over 64 quantiles of the
     speed distribution (averaged over seeds; for one seed the speeds are fixed).
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay({"name": "heterogeneous", "base": {"name": "constant"}, "speeds": [1, 2, 4]})
     >>> d.sample(0, 0, 3, load=4)[0].tolist()
     [[4.0, 2.0, 1.0]]

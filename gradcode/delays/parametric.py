@@ -23,6 +23,7 @@ from .order_stats import harmonic_diff
 class ConstantDelay(DelayModel):
     """Deterministic unit time: ``U = value``; a load ``l`` takes ``l * value``. [derived] (for tests)
 
+    >>> from gradcode.delays import make_delay
     >>> make_delay("constant", value=2.0).sample(0, 0, 3, load=[1, 2, 0])[0]
     array([[2., 4., 0.]])
     """
@@ -70,6 +71,7 @@ class NoDelay(ConstantDelay):
     then 0 and no overhead ratio is defined). The simulator has no real work to time and refuses it
     (:func:`gradcode.sim.simulate`): replay a captured trace there instead. [derived]
 
+    >>> from gradcode.delays import make_delay
     >>> make_delay("none").sample(0, 0, 2)[0]
     array([[0., 0.]])
     """
@@ -88,6 +90,7 @@ class ShiftedExponentialDelay(DelayModel):
 
     ``E[T_(k:n)] = l*a + (l/mu)(H_n - H_{n-k}) + comm`` (constant comm).
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay("shifted_exponential", a=1.0, mu=0.5)
     >>> round(d.expected_order_statistic(2, 2), 6)   # 1 + 2 * (1 + 1/2)
     4.0
@@ -128,6 +131,7 @@ class ExponentialDelay(ShiftedExponentialDelay):
 
     ``E[T_(k:n)] = (l/mu)(H_n - H_{n-k}) + comm`` (constant comm).
 
+    >>> from gradcode.delays import make_delay
     >>> round(make_delay("exponential", mu=2.0).mean(), 6)
     0.5
     """
@@ -153,6 +157,7 @@ class ParetoDelay(DelayModel):
     t_m Gamma(n+1) Gamma(n-k+1-1/alpha) / (Gamma(n-k+1) Gamma(n+1-1/alpha)) + comm`` [derived] (``1 - U_(k)``
     of uniforms is ``Beta(n-k+1, k)``).
 
+    >>> from gradcode.delays import make_delay
     >>> round(make_delay("pareto", alpha=2.0, t_m=1.0).mean(), 6)
     2.0
     """
@@ -202,6 +207,9 @@ class ParetoDelay(DelayModel):
                      + self.comm)
 
 
+SIGMA_MAX = 30.0   # lognormal: exp(-sigma^2/2) of the mean-1 normalisation is 0 in floating point beyond sigma ~ 38
+
+
 class LognormalDelay(DelayModel):
     """DropCompute's injected noise: ``U = base * (1 + scale * X)``, ``X = exp(sigma Z - sigma^2/2)``
     lognormal of mean 1 (``Z ~ N(0, 1)``), so ``E[U] = base (1 + scale)``. [code]
@@ -213,6 +221,7 @@ class LognormalDelay(DelayModel):
     timer checks, reference 1.20), not by a log-scale ``sigma = 1`` (1.28), so ``sd = 1`` is the default [derived].
     Defaults ``base=1, scale=0.5, sd=1``.
 
+    >>> from gradcode.delays import make_delay
     >>> round(make_delay("lognormal").mean(), 6)
     1.5
     """
@@ -232,7 +241,11 @@ class LognormalDelay(DelayModel):
         if sigma is None:
             sd = 1.0 if sd is None else check_float("sd", sd, low=0.0, low_open=True)
             sigma = math.sqrt(math.log1p(sd * sd))
-        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True)
+            if sigma > SIGMA_MAX:
+                raise ConfigError(f"lognormal: sd = {sd:g} is too large (log-scale sigma = {sigma:.3g} > "
+                                  f"{SIGMA_MAX:g}: the mean-1 normalisation exp(-sigma^2/2) underflows); give sd <= "
+                                  f"{math.exp(SIGMA_MAX ** 2 / 2):.3g}")
+        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True, high=SIGMA_MAX)
         self._params = {"base": self.base, "scale": self.scale, "sigma": self.sigma}
 
     def _ppf(self, u):   # base (1 + scale exp(sigma ndtri(u) - sigma^2/2)), in place
@@ -272,6 +285,7 @@ class BimodalDelay(DelayModel):
     Defaults ``p = 0.13, kappa = 2.2`` fit the micro-batch times of the ByteDance SE trace (13% near 1.9x the
     mean, 87% near 0.86x, ratio 2.2) [derived from the SE trace]. The draw is ``slow = u < p``.
 
+    >>> from gradcode.delays import make_delay
     >>> round(make_delay("bimodal", p=0.5, kappa=3.0).mean(), 6)
     2.0
     """

@@ -27,8 +27,15 @@ _EXPECTED = (f"a CSV file whose first line is the header {','.join(COLUMNS)} (op
              "every other line holds those 5 (or 6) numbers")
 
 
+def file_stamp(path: str) -> list:
+    """``[path, size, mtime in ns]``: what identifies a trace file's content in the caches (a rewrite changes the
+    size or the modification time)."""
+    st = os.stat(path)
+    return [path, st.st_size, st.st_mtime_ns]
+
+
 @functools.lru_cache(maxsize=16)
-def _parse_trace(path: str, mtime: float) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray | None]:
+def _parse_trace(path: str, size: int, mtime_ns: int) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray | None]:
     """``(times[pair, step, microbatch], pairs, comm[pair, step] or None)`` from a CSV ``step, dp_rank, stage,
     microbatch, compute_s[, comm_s]``. A pair's communication at a step is the mean of its micro-batches' ``comm_s``
     (an exported trace has one micro-batch per step).
@@ -113,8 +120,11 @@ class TraceDelay(DelayModel):
     the trace's communication is the empirical distribution of its ``P*S`` values, taken as independent of the
     compute time (in the replay itself each worker keeps its step's pair of times). Such a captured trace holds one
     speed per worker and step, so ``sample_micro`` gives all ``M`` micro-batches of a step that step's time (instead
-    of continuing into the next steps).
+    of continuing into the next steps). A wrapper around this model (``straggle``, ``heterogeneous``, ``persistent``,
+    ``unresponsive``, a ``mixture`` component) replays the column too, unless the wrapper is given a ``comm`` of its
+    own: that replaces the wrapped model's communication, this column included.
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay("trace", trace="bytedance-ST")
     >>> d.sample_micro(0, 0, n=8, M=4)[0].shape
     (1, 8, 4)
@@ -144,8 +154,9 @@ class TraceDelay(DelayModel):
         else:
             raise ConfigError(f"trace {str(trace)!r} is neither a shipped trace ({', '.join(shipped)}) nor an "
                               "existing CSV file")
-        times, pairs, trace_comm = _parse_trace(path, os.path.getmtime(path))
-        self.source_stamp = [path, os.path.getmtime(path)]   # part of the key of cached order statistics
+        # the file's stamp: part of the key of the parsed file and of the cached order statistics
+        self.source_stamp = file_stamp(path)
+        times, pairs, trace_comm = _parse_trace(*self.source_stamp)
         self.trace, self.normalize, self.fixed_offset = str(trace), bool(normalize), offset
         self.scale = float(times.mean()) if normalize else 1.0
         self.times = times / self.scale  # (P, S, M_tr)

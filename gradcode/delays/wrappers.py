@@ -117,6 +117,7 @@ class PersistentDelay(Wrapper):
     ``workers``, ``expected_order_statistic`` is exact for the given ``n`` (two groups of i.i.d. workers) and
     ``cdf``/``mean`` describe an unlisted (normal) worker. [derived]
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay({"name": "persistent", "base": "constant", "workers": [1], "slowdown": 2.0})
     >>> d.sample(0, [0, 1], 3)[0]
     array([[1., 2., 1.],
@@ -246,6 +247,7 @@ class MixtureDelay(Wrapper):
     independent. A worker's micro-batches of one iteration all come from the same component.
     ``F(x) = sum_j w_j F_j(x)`` (exact i.i.d. view). [derived]
 
+    >>> from gradcode.delays import make_delay
     >>> d = make_delay("mixture", components=[{"weight": 1, "model": "constant"},
     ...                                        {"weight": 1, "model": {"name": "constant", "value": 3.0}}])
     >>> round(d.mean(), 6)
@@ -347,6 +349,7 @@ class UnresponsiveDelay(Wrapper):
     ``cdf`` and ``mean`` describe a responsive worker. ``E[T_(k:n)]`` with ``d`` listed workers below ``n`` is
     the base's ``E[T_(k:n-d)]``, and ``inf`` when ``k > n - d``.
 
+    >>> from gradcode.delays import make_delay
     >>> make_delay("unresponsive", base="constant", workers=[0]).sample(0, 0, 2)[0]
     array([[inf,  1.]])
     """
@@ -405,7 +408,7 @@ def _nested(what: str, spec) -> DelayModel:
 
 
 def _check_workers(what: str, workers) -> tuple[int, ...]:
-    if isinstance(workers, (str, bytes)) or not hasattr(workers, "__iter__"):
+    if isinstance(workers, (str, bytes, dict)) or not hasattr(workers, "__iter__"):
         raise ConfigError(f"{what} must be a list of worker indices (ints >= 0), got {workers!r}")
     return tuple(sorted({check_int(what, w, low=0) for w in workers}))
 

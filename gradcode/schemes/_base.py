@@ -364,6 +364,21 @@ class DecentralizedScheme(Scheme):
         return self.n   # All-Reduce: every worker takes part
 
 
+CHUNK_BYTES = 64   # per worker and chunk of an iteration: its time, end, kept flag and the like (a few arrays)
+
+
+def check_chunks(name: str, n: int, chunks: int, setting: str) -> None:
+    """Refuse, before anything is built, ``chunks`` per worker whose per-iteration arrays (``n x chunks`` times,
+    ends, flags) cannot fit in memory: ``M = 2^70`` made DropCompute build ``n x M`` tuples for ever."""
+    from ..memory import available_bytes, describe_bytes
+
+    need, have = CHUNK_BYTES * n * chunks, available_bytes()
+    if have is not None and need > have[0]:
+        raise ConfigError(f"{name}: {chunks} chunks per worker (n = {n}) need about {describe_bytes(need)} per "
+                          f"iteration, but only {describe_bytes(max(have[0], 0))} is available ({have[1]}); use a "
+                          f"smaller {setting}")
+
+
 def check_k(k, n: int, what: str = "k") -> int:
     """``1 <= k <= n``, with a message that says so."""
     k = check_int(what, k)

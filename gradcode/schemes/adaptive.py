@@ -121,6 +121,9 @@ class AdaptiveKLoad(_Averaging):
         full = self.n * self.max_batch
         if stages is None:
             stages = sorted({max(1, full // 2**e) for e in range(4, -1, -1)})
+        if isinstance(stages, (str, bytes, dict)) or not isinstance(stages, (list, tuple)) or not stages:
+            raise ConfigError("adaptive_k_load: stages must be a non-empty list of increasing effective batches "
+                              f"(integers in 1..n*max_batch = {full}), got {stages!r}")
         self.stages = [check_int("stages[]", x, low=1, high=full) for x in stages]
         if self.stages != sorted(set(self.stages)):
             raise ConfigError(f"adaptive_k_load: stages must be strictly increasing effective batches, got {stages}")
@@ -145,9 +148,14 @@ class AdaptiveKLoad(_Averaging):
         self._choices = {B: self._choose(B) for B in self.stages}
 
     def _choose(self, B: int) -> tuple[int, int]:
-        """``argmin_{k*b >= B} E[T_(k:n)](load b/max_batch)`` over per-worker batches ``b = 1..max_batch``."""
+        """``argmin_{k*b >= B} E[T_(k:n)](load b/max_batch)`` over per-worker batches ``b = 1..max_batch``.
+
+        Only ``b = ceil(B / k)``, ``k = 1..n``, can win (smallest b first on a tie): the time grows with the load, so
+        of the batches that need the same ``k`` the smallest is best. ``n`` candidates, not ``max_batch``."""
         best = None
-        for b in range(1, self.max_batch + 1):
+        for b in sorted({-(-B // k) for k in range(1, self.n + 1)}):      # ceil(B / k), exact for big ints
+            if b > self.max_batch:
+                continue
             k = math.ceil(B / b)
             if k > self.n:
                 continue

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import Combined, DecentralizedScheme, Plan, Schedule
+from ._base import Combined, DecentralizedScheme, Plan, Schedule, check_chunks
 
 
 class RotatedParts(Sequence):
@@ -131,6 +131,7 @@ class Anytime(DecentralizedScheme):
         if self.max_samples < self.M:
             raise ConfigError(f"anytime: max_samples = {self.max_samples} must be >= M = {self.M} (a worker must be "
                               "able to compute the nominal mini-batch)")
+        check_chunks(self.name, self.n, self.max_samples, "max_samples" if max_samples is not None else "M")
         self.sample_load = 1.0 / self.M if sample_load is None else check_float("sample_load", sample_load, low=0.0,
                                                                                  low_open=True)
         self.warmup = check_int("warmup", warmup, low=0)

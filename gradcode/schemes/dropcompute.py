@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import Combined, DecentralizedScheme, Plan, Schedule
+from ._base import Combined, DecentralizedScheme, Plan, Schedule, check_chunks
 
 CHECKS = ("official", "before_microbatch", "idealized", "predictive")
 
@@ -172,6 +172,7 @@ class DropCompute(DecentralizedScheme):
                  batch: int | None = None):
         super().__init__(n, batch=batch)
         self.M = check_int("M", M, low=1)
+        check_chunks(self.name, self.n, self.M, "M")
         if tau == "auto" or tau is None:
             self.tau = tau
         else:

@@ -17,7 +17,8 @@ the indicator row ``v_(i,c)`` of the chunks ``c - group + 1 .. c`` of worker ``i
   the weights are 0 and 1 (no cancellation: exact in floating point, residual 0). Exact once every chunk has come in
   from some worker (``exact`` mode's stop rule);
 - ``group > 1``: ``a = argmin ||V^T a - 1||`` by least squares on the 0/1 matrix ``V`` (``numpy.linalg.lstsq``),
-  residual ``||V^T a - 1|| / sqrt(n)``; decodable when the residual is below ``tol`` (1e-8).
+  residual ``||V^T a - 1|| / sqrt(n)``; decodable when ``16 x residual <= tol`` (1e-8), the codes' rule
+  (``ERROR_MARGIN`` in :mod:`gradcode.codes._base`: the gradient's error may be several times the residual).
 
 In ``mode = "approximate"`` the iteration ends at ``deadline`` after the start, or once ``wait`` distinct chunks
 are in (default ``n``: every chunk), whichever comes first, and the estimate is the least-squares one (the sum of
@@ -100,6 +101,7 @@ import warnings
 import numpy as np
 
 from ..codes import make_code
+from ..codes._base import ERROR_MARGIN
 from ..errors import ConfigError, DecodeFallbackWarning, check_float, check_int
 from . import chunk_order
 from ._base import Combined, Plan, Scheme
@@ -223,7 +225,7 @@ class PartialCoded(Scheme):
             return len(self._covered(received, plan)) >= self.wait
         if self.group == 1:
             return len(self._covered(received, plan)) == self.n
-        return self._weights(received, plan)[1] <= self.tol
+        return self._exact(self._weights(received, plan)[1])
 
     def stream_stop_index(self, received, plan: Plan) -> int | None:
         if self.protocol == "stream" and (self.group == 1 or self.mode == "approximate"):
@@ -281,7 +283,7 @@ class PartialCoded(Scheme):
         if self.l > 1:
             return self._combine_split(messages, received, plan)
         a, residual = self._weights(received, plan)
-        method = "exact" if residual <= self.tol else ("approximate" if self.mode == "approximate" else "fallback")
+        method = "exact" if self._exact(residual) else ("approximate" if self.mode == "approximate" else "fallback")
         if method == "fallback":
             self._warn(received, residual)
         return Combined(a @ messages, residual=residual, method=method)
@@ -304,7 +306,7 @@ class PartialCoded(Scheme):
             parts += X @ messages[[k for _, k in by]]
             err2 += float(np.sum((X @ E - np.eye(self.l)) ** 2))
         residual = math.sqrt(err2 / (self.n * self.l))
-        method = "exact" if residual <= self.tol else ("approximate" if self.mode == "approximate" else "fallback")
+        method = "exact" if self._exact(residual) else ("approximate" if self.mode == "approximate" else "fallback")
         if method == "fallback":
             self._warn(received, residual)
         return Combined(parts.reshape(-1), residual=residual, method=method)
@@ -322,10 +324,14 @@ class PartialCoded(Scheme):
         missing = self.n - len(first)   # own chunks of workers whose first message never came
         residual = math.sqrt(((dec.residual ** 2 * self.n) if dec else self.n) / plan.n_parts
                              + missing * self._own / plan.n_parts)
-        method = "exact" if residual <= self.tol else "fallback"
+        method = "exact" if self._exact(residual) else "fallback"
         if method == "fallback":
             self._warn(received, residual)
         return Combined(own + coded, residual=residual, method=method)
+
+    def _exact(self, residual: float) -> bool:
+        """An exact gradient: ``ERROR_MARGIN * residual <= tol``, the rule of the codes (``codes/_base.py``)."""
+        return ERROR_MARGIN * residual <= self.tol
 
     def _warn(self, received, residual: float) -> None:
         key = frozenset(received)
