@@ -46,7 +46,6 @@ estimate of the full-batch one.
 
 from __future__ import annotations
 
-import functools
 from typing import ClassVar
 
 import numpy as np
@@ -459,21 +458,13 @@ class LeastSquares(Workload):
             y = X @ self.w_star + noise * rng.standard_normal(n_samples)
         self._setup(X, y, seed=seed, reg=0.0, test_fraction=test_fraction)
         self.lr = 1.0 / self._gram_max_eig()
-
-    # the optimum on first use only: no cluster needs it, and at dim = 1e5 it cost every MPI rank seconds
-    @functools.cached_property
-    def w_opt(self) -> np.ndarray | None:
-        """The minimum-norm least-squares solution by pivoted QR (several times faster than the SVD at d = 1000);
-        None for sparse data."""
         if _sparse(self.X):
-            return None
+            return                 # no optimum computed for sparse data (optimal_loss stays None)
         import scipy.linalg
 
-        return scipy.linalg.lstsq(self.X, self.y, lapack_driver="gelsy", check_finite=False)[0]
-
-    @functools.cached_property
-    def optimal_loss(self) -> float | None:
-        return None if self.w_opt is None else self.loss(self.w_opt)
+        # minimum-norm least-squares solution by pivoted QR (several times faster than the SVD at d = 1000)
+        self.w_opt = scipy.linalg.lstsq(self.X, self.y, lapack_driver="gelsy", check_finite=False)[0]
+        self.optimal_loss = self.loss(self.w_opt)
 
     def _residual(self, Z, y):
         return Z - y[..., None]
