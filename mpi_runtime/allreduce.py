@@ -16,9 +16,7 @@ step's times (the same on every rank, so an automatic ``tau`` is the same everyw
 Each step every rank contributes a row ``[kept, compute time, overrun, non-finite, wall time when done, real
 compute seconds, seconds to joining]`` to an ``Iallgather``; the last two give the records' per-worker times.
 Rank 0 takes part with zero contribution and writes the records (``end`` is when its All-Reduce and All-Gather
-completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). Its loss evaluation for the records
-is kept off the clock, as on the master: after a step it evaluates, it broadcasts when the evaluation ended, and
-every rank starts the next step's schedule from then. A worker whose
+completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). A worker whose
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so the models of different ranks may drift apart
 by round-off; rank 0's is the one recorded. The loop, the update, the evaluation and the record are
@@ -42,7 +40,6 @@ from gradcode.cluster import (
     RecordWriter,
     SimulationError,
     all_reduce_schedule,
-    evaluates_loss,
     worker_times,
     write_summary,
 )
@@ -78,7 +75,6 @@ class Decentralized(Driver):
         self.writer: RecordWriter | None = None
         self.t = 0
         self.due = 0.0     # wall time (time.time) at which the current step's schedule ends
-        self.off_clock = 0.0    # seconds rank 0 spent evaluating the loss for the records: not counted by now()
 
     def run(self) -> bool:
         """The run (False: nothing is left to abort). A failure is raised (``__main__`` then calls
@@ -110,30 +106,7 @@ class Decentralized(Driver):
             write_summary(self.out, {**self.summary(), **self.cfg.summary_fields([], error)})
 
     def now(self) -> float:
-        """Model time units since the run start, without rank 0's evaluations (as on the master's clock)."""
-        return (time.perf_counter() - self.t0 - self.off_clock) / self.scale
-
-    def evaluate(self, *args):
-        """The driver's evaluation (rank 0 only), timed and kept off the clock: bookkeeping for the records. The
-        other ranks wait for its end before the next step's schedule starts (:meth:`_after_evaluation`)."""
-        tick = time.perf_counter()
-        result = super().evaluate(*args)
-        self.off_clock += time.perf_counter() - tick
-        return result
-
-    def _evaluated(self, t: int) -> bool:
-        """Did rank 0 evaluate after step ``t``? (The driver's rule, known to every rank.)"""
-        return self.w is not None and (evaluates_loss(t, self.iterations, self.loss_every)
-                                       or (self.heldout and evaluates_loss(t, self.iterations, self.eval_every)))
-
-    def _after_evaluation(self) -> None:
-        """Rank 0 tells every rank when its evaluation ended; the next step's schedule starts then, not during it
-        (else the workers run their emulated times while rank 0 evaluates and wait for it in the All-Reduce: up to
-        0.1 s charged to the next step, several percent of a short run)."""
-        ended = np.array([time.time()])
-        self.due = time.time()
-        self._wait(self.comm.Ibcast(ended, root=0), "the end of the evaluation (Ibcast)")
-        self.step_begin = max(self.step_begin, float(ended[0]))
+        return (time.perf_counter() - self.t0) / self.scale
 
     def emit(self, rec: dict[str, Any]) -> None:
         self.writer.write(rec)
@@ -175,12 +148,9 @@ class Decentralized(Driver):
         # every rank starts the next step's emulated schedule at the same instant: when the last worker was done
         self.step_begin = max(float(workers[:, 4].max()), self.step_begin)
         measured = self._measured(t, workers, start, end, schedule) if self.recording else {}
-        rec = self.conclude_all_reduce(t, plan, start, end, ideal_end=start + schedule.duration,
-                                       schedule=dataclasses.replace(schedule, kept=workers[:, 0]), micro=micro,
-                                       combined=combined, **measured)
-        if self._evaluated(t):
-            self._after_evaluation()
-        return rec
+        return self.conclude_all_reduce(t, plan, start, end, ideal_end=start + schedule.duration,
+                                        schedule=dataclasses.replace(schedule, kept=workers[:, 0]), micro=micro,
+                                        combined=combined, **measured)
 
     def _wait(self, request: MPI.Request, what: str) -> None:
         """Complete a collective, bounded: every rank may be busy until the step's emulated end, then ``grace`` s

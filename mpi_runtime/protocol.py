@@ -150,11 +150,9 @@ def precise_sleep() -> None:
 
 
 def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -> bool:
-    """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host). If given,
-    ``interrupted()`` is asked every ``check_every`` seconds (at least every 1 ms if ``check_every`` is 0), and the
-    sleep is cut into steps up to the next question; returns False as soon as it says True, else True at the
-    deadline. (With a 1 ns timer slack, :func:`precise_sleep`, one long sleep overshoots no more than a short one,
-    and a rank waiting out its emulated time wakes only when it has something to do.)"""
+    """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host) in steps of at most
+    1 ms. If given, ``interrupted()`` is asked every ``check_every`` seconds; returns False as soon as it says
+    True, else True at the deadline."""
     last_check = -math.inf
     while True:
         now = time.time()

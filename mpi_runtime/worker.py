@@ -2,12 +2,10 @@
 
 Worker ``i`` (rank ``i + 1``) loops:
 
-1. **Wait for a plan** by polling (``Iprobe`` + a 1 ms sleep, :data:`~mpi_runtime.protocol.IDLE_POLL`: the pickup
-   counts toward the emulated time, and idle ranks must not take the CPU from those computing). If several plans
-   are queued (it was busy), it drains them all and keeps only the newest: old plans are stale. A ``STOP`` ends
-   the loop (it answers ``ACK``). The model is read where it arrived, never copied: in the plan buffer, or in the
-   shared-memory slot the plan names (``protocol.py``), checked after the compute to still hold the plan's
-   version.
+1. **Wait for a plan** by polling (``Iprobe`` + short sleep). If several plans are queued (it was busy), it drains
+   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``). The
+   model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the plan names
+   (``protocol.py``), checked after the compute to still hold the plan's version.
 2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
    ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
 3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds
