@@ -283,10 +283,7 @@ class PartialCoded(Scheme):
         if self.l > 1:
             return self._combine_split(messages, received, plan)
         a, residual = self._weights(received, plan)
-        method = "exact" if self._exact(residual) else ("approximate" if self.mode == "approximate" else "fallback")
-        if method == "fallback":
-            self._warn(received, residual)
-        return Combined(a @ messages, residual=residual, method=method)
+        return Combined(a @ messages, residual=residual, method=self._method(residual, received))
 
     def _combine_split(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         """``l > 1``: per chunk, its ``l`` parts from the first ``l`` distinct workers' messages (an ``l x l`` solve,
@@ -306,10 +303,7 @@ class PartialCoded(Scheme):
             parts += X @ messages[[k for _, k in by]]
             err2 += float(np.sum((X @ E - np.eye(self.l)) ** 2))
         residual = math.sqrt(err2 / (self.n * self.l))
-        method = "exact" if self._exact(residual) else ("approximate" if self.mode == "approximate" else "fallback")
-        if method == "fallback":
-            self._warn(received, residual)
-        return Combined(parts.reshape(-1), residual=residual, method=method)
+        return Combined(parts.reshape(-1), residual=residual, method=self._method(residual, received))
 
     def _combine_tandon(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         """Sum of the first (uncoded) messages + the cyclic-repetition decode of the second ones."""
@@ -324,14 +318,20 @@ class PartialCoded(Scheme):
         missing = self.n - len(first)   # own chunks of workers whose first message never came
         residual = math.sqrt(((dec.residual ** 2 * self.n) if dec else self.n) / plan.n_parts
                              + missing * self._own / plan.n_parts)
-        method = "exact" if self._exact(residual) else "fallback"
-        if method == "fallback":
-            self._warn(received, residual)
-        return Combined(own + coded, residual=residual, method=method)
+        return Combined(own + coded, residual=residual, method=self._method(residual, received, approximate=False))
 
     def _exact(self, residual: float) -> bool:
         """An exact gradient: ``ERROR_MARGIN * residual <= tol``, the rule of the codes (``codes/_base.py``)."""
         return ERROR_MARGIN * residual <= self.tol
+
+    def _method(self, residual: float, received, approximate: bool = True) -> str:
+        """``exact``, ``approximate`` (approximate mode) or ``fallback`` (warned once per responder set)."""
+        if self._exact(residual):
+            return "exact"
+        if approximate and self.mode == "approximate":
+            return "approximate"
+        self._warn(received, residual)
+        return "fallback"
 
     def _warn(self, received, residual: float) -> None:
         key = frozenset(received)
