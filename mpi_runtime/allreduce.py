@@ -27,6 +27,7 @@ by round-off; rank 0's is the one recorded. The loop, the update, the evaluation
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ from gradcode.schemes._base import Schedule
 
 from . import protocol as P
 from .config import RunConfig
+from .exchange import open_exchange
 from .faults import Faults
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure
@@ -67,10 +69,13 @@ class Decentralized(Driver):
         self.scale = cfg.time_scale
         self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
         self.d = workload.dim
-        self.send = np.zeros(self.d + 1)
-        self.total = np.zeros(self.d + 1)
-        self.row = np.zeros(INFO)
-        self.rows = np.zeros((comm.Get_size(), INFO))
+        # the step's collectives, through shared memory on one node (exchange.py); collective to set up
+        # rank 0's pid names the job on this host (every rank knows it after the first checkpoint: peers.py)
+        job = str(os.getpid()) if self.rank == 0 else (str(peers.local[0]) if 0 in peers.local else None)
+        self.exchange = open_exchange(comm, self.d + 1, INFO,
+                                      lambda: peers.checkpoint("shared memory", cfg.startup_timeout), job)
+        ex = self.exchange
+        self.send, self.row, self.rows = ex.send, ex.row, ex.rows    # filled / read in place; the sum: ex.total
         self.out = out
         self.writer: RecordWriter | None = None
         self.t = 0
@@ -94,6 +99,8 @@ class Decentralized(Driver):
             if self.writer is not None:
                 self.writer.close()
         self._write_summary(None)
+        self.peers.checkpoint("shutdown", self.cfg.grace)
+        self.exchange.close()      # collective: every rank got here
         return False
 
     def write_failure(self, error: str) -> None:
@@ -140,9 +147,9 @@ class Decentralized(Driver):
         self.due = self.step_begin + schedule.duration * self.scale
         if self.rank > 0:
             self._compute(t, plan, schedule, began)
-        self._wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM), "the All-Reduce")
-        combined = self.scheme.combine_sum(self.total[:self.d], int(round(self.total[self.d])), plan)
-        self._wait(self.comm.Iallgather(self.row, self.rows), "the All-Gather")
+        self.exchange.exchange(self._wait)     # the All-Reduce of send into total, the All-Gather of row into rows
+        total = self.exchange.total            # valid until the next step's exchange
+        combined = self.scheme.combine_sum(total[:self.d], int(round(total[self.d])), plan)
         end = self.next_start = self.now()
         workers = self.rows[1:]
         # every rank starts the next step's emulated schedule at the same instant: when the last worker was done
@@ -152,15 +159,17 @@ class Decentralized(Driver):
                                         schedule=dataclasses.replace(schedule, kept=workers[:, 0]), micro=micro,
                                         combined=combined, **measured)
 
-    def _wait(self, request: MPI.Request, what: str) -> None:
-        """Complete a collective, bounded: every rank may be busy until the step's emulated end, then ``grace`` s
+    def _wait(self, done, what: str, idle=None) -> None:
+        """Complete a collective (an MPI request, or a test function: exchange.py), bounded: every rank may be busy
+        until the step's emulated end, then ``grace`` s
         more. Rank 0 then pings the others and names those that do not answer (a rank answers while it waits in
         the collective, see :meth:`Peers.check`); the other ranks wait longer, so that rank 0's naming comes first,
         then name rank 0. A rank that died on this host is named at once."""
         grace = self.cfg.grace
         limit = max(self.due - time.time(), 0.0) + grace + (0 if self.rank == 0 else 2 * grace + 1)
         try:
-            P.wait(request, timeout=limit, watch=self.peers.check)
+            P.wait_for(done.Test if isinstance(done, MPI.Request) else done, timeout=limit, watch=self.peers.check,
+                       idle=idle)
             return
         except TimeoutError:
             pass
@@ -215,12 +224,15 @@ class Decentralized(Driver):
         (its clock's difference, no offset between ranks; at most the step's end), and its contribution is in at
         the end, when rank 0's collectives complete."""
         erasures = [int(i) for i in np.flatnonzero(workers[:, 3])]
+        # a worker may take the step up a little before rank 0 does (the exchange releases every rank at once and
+        # rank 0 may be descheduled): its durations are clipped to rank 0's step
+        joined = np.minimum(workers[:, 6] / self.scale, end - start)
         for i in erasures:
             print(f"mpi_runtime: rank 0: step {t}: worker {i} (rank {i + 1}) computed non-finite values; "
                   "treated as an erasure", file=sys.stderr, flush=True)
         return {"erasures": erasures, "overruns": [int(i) for i in np.flatnonzero(workers[:, 2])],
                 "compute_times": [float(x) for x in workers[:, 1]],
-                **worker_times(start, plan_received=np.full(self.n, start), compute=workers[:, 5] / self.scale,
-                               sent=np.minimum(start + workers[:, 6] / self.scale, end),
+                **worker_times(start, plan_received=np.full(self.n, start),
+                               compute=np.minimum(workers[:, 5] / self.scale, joined), sent=start + joined,
                                arrived=np.full(self.n, end),
                                delay=schedule.ready if self.delay.injects else None)}

@@ -174,14 +174,24 @@ def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None,
     ``timeout`` seconds (None: wait for ever); ``watch()``, if given, is called between two tests (it raises to
     end the wait: see :meth:`mpi_runtime.peers.Peers.check`)."""
     status = MPI.Status()
+    wait_for(lambda: request.Test(status), poll, timeout, watch)
+    return status
+
+
+def wait_for(done, poll: float = POLL, timeout: float | None = None, watch=None, idle=None) -> None:
+    """Poll ``done()`` until it is true, as :func:`wait` completes a request (same ``timeout`` and ``watch``).
+    Between two tests ``idle()`` if given (e.g. a doorbell's bounded wait: ``doorbell.py``), else a sleep of
+    ``poll`` seconds."""
     limit = None if timeout is None else time.perf_counter() + timeout
-    while not request.Test(status):
+    while not done():
         if limit is not None and time.perf_counter() > limit:
             raise TimeoutError(f"no completion within {timeout:g} s")
         if watch is not None:
             watch()
-        time.sleep(poll)
-    return status
+        if idle is None:
+            time.sleep(poll)
+        else:
+            idle()
 
 
 def wait_all(requests: list[MPI.Request], timeout: float, watch=None) -> list[int]:
@@ -294,12 +304,20 @@ def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None, ring: int = 1
     Collective; every rank comes to the same answer (one node holds all the ranks or none does; the launcher gives
     every rank the same environment). ``Split_type`` and ``Allocate_shared`` have no non-blocking form: call this
     right after a checkpoint; ``barrier`` (default: an unbounded ``Ibarrier``) ends the set-up."""
-    if os.environ.get(SHARED_ENV, "1") == "0":
+    if not one_node(comm):
         return None
+    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier, ring)
+
+
+def one_node(comm: MPI.Comm) -> bool:
+    """May the ranks of ``comm`` share memory: all on one node, and ``GRADCODE_MPI_SHARED`` is not ``0``?
+    Collective (``Split_type``); every rank comes to the same answer."""
+    if os.environ.get(SHARED_ENV, "1") == "0":
+        return False
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    one_node = node.Get_size() == comm.Get_size()
+    same = node.Get_size() == comm.Get_size()
     node.Free()
-    return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier, ring) if one_node else None
+    return same
 
 
 class ModelSlots:

@@ -230,16 +230,17 @@ def test_shared_model_slots_keep_a_busy_workers_version(tmp_path):
     assert "caught: model slot 0 was rewritten (version 2)" in proc.stdout, proc.stdout
 
 
-def test_dropcompute_agrees_with_simulator(tmp_path):
+@pytest.mark.parametrize("shared", ["1", "0"])
+def test_dropcompute_agrees_with_simulator(shared, tmp_path):
     """Deterministic micro-batch times (persistent slowdowns over a constant): workers 0, 1 take 10 units per
     micro-batch, workers 2, 3 take 5 (each micro-batch one unit of work: micro_load = 1), so with tau = 8.3 the fast
     ones stop before their third micro-batch and the slow ones before their second; every timer check is >= GAP away
-    from tau."""
+    from tau. The step's sums through shared memory (mpi_runtime/exchange.py) and by MPI's collectives."""
     delay = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
     spec = _spec({"name": "dropcompute", "M": 3, "micro_load": 1.0, "tau": 8.3, "warmup": 2}, iterations=6,
                  delay=delay)
     assert _dropcompute_gaps(spec) >= GAP
-    proc, out = _run_mpi(spec, tmp_path)
+    proc, out = _run_mpi(spec, tmp_path, env_extra={"GRADCODE_MPI_SHARED": shared})
     assert proc.returncode == 0, proc.stderr
     mpi = _records(out)
     sim = _simulated(spec)
