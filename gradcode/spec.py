@@ -100,6 +100,13 @@ class Spec:
 def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None) -> Spec:
     """Read a TOML file (or take a dict of the same shape), apply ``overrides`` (:func:`with_run_overrides`), check
     it, and return a :class:`Spec`."""
+    return load_spec_built(source, overrides)[0]
+
+
+def load_spec_built(source: str | Path | dict, overrides: dict[str, Any] | None = None) -> tuple[Spec, Any]:
+    """:func:`load_spec`, and the workload that checking the spec built (None without ``[workload]``): a caller that
+    runs the spec once passes it to :func:`build` instead of building it again (an MPI rank: a large workload
+    takes seconds). It is fresh: checking reads it but does not use it."""
     from .registry import add_user_dirs
 
     if isinstance(source, dict):
@@ -111,7 +118,7 @@ def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None
             raise ConfigError(f"spec file {str(path)!r} does not exist")
         raw = _read_toml(path)
         add_user_dirs(path.parent, Path.cwd())
-    return check_spec(with_run_overrides(raw, **(overrides or {})))
+    return _check_spec(with_run_overrides(raw, **(overrides or {})))
 
 
 def drop_none(raw):
@@ -167,6 +174,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 
 def check_spec(raw: dict[str, Any]) -> Spec:
+    """The :class:`Spec` of a spec's tables, every table checked (every object is built once)."""
+    return _check_spec(raw)[0]
+
+
+def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
+    """``(spec, workload)``: :func:`check_spec` and the workload it built."""
     if "sweep" in raw:
         raise ConfigError("spec: a [sweep] table makes this spec a grid of comparisons: run it with "
                           "`gradcode sweep SPEC --out DIR` (or remove [sweep] to run one comparison)")
@@ -206,7 +219,7 @@ def check_spec(raw: dict[str, Any]) -> Spec:
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
     _check_heldout(spec.run, workload)
     _check_other_delays(spec)
-    return spec
+    return spec, workload
 
 
 def _check_heldout(run: dict, workload) -> None:
@@ -309,9 +322,10 @@ def _named(table: dict, where: str) -> tuple[str, dict]:
     return name, params
 
 
-def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
+def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, workload=None):
     """Construct ``(schemes, delay, workload)`` from a spec, each error prefixed with its table; ``delay_index``
-    picks one of several ``[[delays]]`` (default the first, ``spec.delay``)."""
+    picks one of several ``[[delays]]`` (default the first, ``spec.delay``). ``workload``: one already built from
+    ``spec.workload`` and not used yet (:func:`load_spec_built`), returned instead of a new one."""
     from .delays import make_delay
     from .registry import SCHEMES
     from .schemes import make_scheme
@@ -323,8 +337,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0):
         delay.check_workers(n)
     except ConfigError as err:
         raise ConfigError(f"[delay] {err}") from None
-    workload = None
-    if spec.workload is not None:
+    if workload is None and spec.workload is not None:
         try:
             workload = make_workload(spec.workload)
         except ConfigError as err:

@@ -7,7 +7,8 @@ seconds per model time unit), ``[run] grace`` (seconds any wait may last without
 naming the rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading
 and building on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it
 before launching ``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every
-rank builds the same scheme, delay model and workload.
+rank builds the same scheme, delay model and workload. The workload that validation built is kept for
+:meth:`RunConfig.build` (a large one takes seconds to build: each rank builds it once).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcode.errors import ConfigError, check_float, check_int
-from gradcode.spec import Spec, build, check_run, load_spec, run_kwargs, training_kwargs
+from gradcode.spec import Spec, build, check_run, load_spec_built, run_kwargs, training_kwargs
 
 DEFAULT_TIME_SCALE = 0.01   # seconds per model time unit
 DEFAULT_GRACE = 10.0        # seconds
@@ -43,6 +44,8 @@ class RunConfig:
     late_workers: str = "finish"
     inject: str = "wait"        # [run] inject: "wait" (from the iteration's start) or "add" (after the real compute)
     training: dict[str, Any] = field(default_factory=dict)   # optimizer, momentum, eval_every, target_accuracy
+    # the workload load_run's validation built, not used yet: the first build() takes it, later ones build anew
+    prebuilt_workload: Any = field(default=None, repr=False, compare=False)
 
     @property
     def workers(self) -> int:
@@ -64,8 +67,10 @@ class RunConfig:
         return fields
 
     def build(self):
-        """``(scheme, delay, workload)``, freshly built (every rank does this; it is deterministic)."""
-        schemes, delay, workload = build(self.spec, scheme_index=self.scheme_index)
+        """``(scheme, delay, workload)``, freshly built (every rank does this; it is deterministic). The first call
+        returns the workload that validating the spec built (unused until then), so a rank builds it once."""
+        prebuilt, self.prebuilt_workload = self.prebuilt_workload, None   # handed out once: no run shares it
+        schemes, delay, workload = build(self.spec, scheme_index=self.scheme_index, workload=prebuilt)
         scheme = schemes[0]
         scheme.bind(delay=delay)
         scheme.reset()
@@ -75,7 +80,7 @@ class RunConfig:
 def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dict[str, Any] | None = None
              ) -> RunConfig:
     """Load and validate a spec for an MPI run; raises :class:`ConfigError` naming the key on bad input."""
-    spec = load_spec(source)
+    spec, workload = load_spec_built(source)
     spec.run.update(overrides or {})     # [run] keys from the command line (iterations, seed)
     if overrides:
         check_run(spec.run)   # re-check what the overrides changed
@@ -106,4 +111,5 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         time_scale=time_scale, grace=grace, startup_timeout=startup, late_workers=late,
         inject=spec.run.get("inject", "wait"),   # checked by load_spec / check_run
         training=training_kwargs(spec),
+        prebuilt_workload=workload,
     )

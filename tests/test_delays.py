@@ -586,3 +586,32 @@ def test_docstring_examples_run(module):
     mod = importlib.import_module("gradcode.delays" + (f".{module}" if module else ""))
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_expectation_over_atoms_is_the_direct_sum(monkeypatch):
+    """A model with a random communication (``E_U[F_C(x - load U)]``) and a sum of two terms (``E_B[F_A(x - B)]``)
+    give, bit for bit, ``sum_j w_j kernel(x - v_j)`` written as one numpy expression; cut into blocks (a small
+    ``_CHUNK``) the same to rounding (the blocks' matrix products may round differently), in ``x``'s shape."""
+    from gradcode.delays import _comm
+
+    x = np.linspace(-0.5, 12.0, 37)
+
+    def direct(kernel, v, w):
+        return np.clip(kernel(x[:, None] - v[None, :]) @ w, 0.0, 1.0)
+
+    cases = []
+    for spec in ({"name": "lognormal", "comm": 1.0, "comm_dist": "exponential"},
+                 {"name": "trace", "trace": "bytedance-ST", "comm": 0.5, "comm_dist": "pareto"}):
+        d = make_delay(spec)
+        v, w = d._unit_atoms()
+        for load in (1.0, 2.5):
+            cases.append((lambda y, d=d, load=load: d.cdf(y, load=load), direct(d._cd.cdf, load * v, w)))
+            cases.append((lambda y, d=d, load=load: d._total_sf(y, load), direct(d._cd.sf, load * v, w)))
+    s = _comm.Sum(_comm.make_comm(1.0, "pareto"), _comm.make_comm(2.0, "lognormal"))
+    v, w = s.b.atoms()
+    cases += [(s.cdf, direct(s.a.cdf, v, w)), (s.sf, direct(s.a.sf, v, w))]
+    for got, want in cases:
+        assert np.array_equal(got(x), want)
+    monkeypatch.setattr(_comm, "_CHUNK", 3 * 2048)    # blocks of 3 points
+    for got, want in cases:
+        np.testing.assert_allclose(got(x.reshape(37, 1)), want.reshape(37, 1), rtol=0, atol=1e-13)

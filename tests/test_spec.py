@@ -5,11 +5,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import gradcode.workloads as workloads
 from gradcode.cli import main
 from gradcode.errors import ConfigError
 from gradcode.spec import load_spec
+from mpi_runtime.config import load_run
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "simulate.toml"
 
@@ -87,3 +90,17 @@ def test_simulate_command_reports_errors_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "k" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()   # nothing ran
+
+
+def test_an_mpi_rank_builds_the_workload_once(monkeypatch):
+    """``load_run`` checks the spec by building everything; ``RunConfig.build()`` reuses that workload, so an MPI rank
+    builds it once. A later ``build()`` (another run) gets a new workload, scheme and delay model."""
+    built, make = [], workloads.make_workload
+    monkeypatch.setattr(workloads, "make_workload", lambda *a, **k: built.append(make(*a, **k)) or built[-1])
+    cfg = load_run(base())
+    scheme, delay, workload = cfg.build()
+    assert len(built) == 1 and workload is built[0]
+    scheme2, delay2, workload2 = cfg.build()
+    assert len(built) == 2 and workload2 is built[1]
+    assert scheme2 is not scheme and delay2 is not delay
+    np.testing.assert_array_equal(workload2.X, workload.X)     # deterministic: the same data either way

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError, check_int
 from . import order_stats
-from ._comm import Term, make_comm
+from ._comm import Term, expect_shifted, make_comm
 from ._crn import (
     STREAM_COMM,
     STREAM_COMPUTE,
@@ -36,7 +36,6 @@ from ._crn import (
 
 _GRID = 2048  # quantile-grid size of a continuous unit time (for the exponential-communication convolution)
 _FEW_ATOMS = 64      # a discrete communication term with at most this many values is summed over exactly
-_CHUNK = 4_000_000  # elements per block in the convolution
 
 
 # E[T_(k:n)] of every model built in this process, keyed by its spec: (spec, k, n, load, method) -> value
@@ -195,16 +194,11 @@ class DelayModel:
         ``load * U + C`` for random ``C`` (independent of ``U``), whose own CDF (survival function) is ``kernel``.
 
         Over the 2048 midpoint quantiles of a continuous ``U`` the error is at most ``1/2048`` in the CDF, in
-        practice far less; over the atoms of a discrete ``U`` it is exact.
+        practice far less; over the atoms of a discrete ``U`` it is exact (:func:`._comm.expect_shifted` over the
+        shifts ``load * v``).
         """
         v, w = self._unit_atoms()
-        lv = load * v
-        flat = x.reshape(-1)
-        out = np.empty(flat.shape)
-        step = max(1, _CHUNK // max(len(v), 1))   # bounded memory: step x len(v) at a time
-        for s in range(0, len(flat), step):
-            out[s:s + step] = kernel(flat[s:s + step, None] - lv[None, :]) @ w
-        return np.clip(out, 0.0, 1.0).reshape(x.shape)
+        return expect_shifted(kernel, x, load * v, w)
 
     def _few_comm_atoms(self) -> bool:
         """A discrete communication term with few values (a constant that a straggler's constant ``extra`` is added

@@ -31,6 +31,29 @@ import numpy as np
 from ..errors import ConfigError, check_float
 
 _MAX_ATOMS = 1 << 16   # a sum of two terms keeps at most this many atoms (else it convolves by CDF)
+_CHUNK = 4_000_000      # elements per block of an expectation over atoms (bounds its memory)
+
+
+def expect_shifted(kernel, x, shifts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``E_V[kernel(x - V)] = sum_j w_j kernel(x - v_j)`` for a discrete ``V`` (values ``shifts``, weights
+    ``weights``), elementwise in ``x``, clipped to ``[0, 1]``.
+
+    With ``kernel`` the CDF (survival function) of an independent ``A``, this is the CDF (survival function) of
+    ``A + V`` at ``x``. ``x`` is evaluated in blocks of at most about ``_CHUNK`` pairs ``(x, v_j)``, so memory stays
+    bounded for any size of ``x``.
+
+    >>> import numpy as np
+    >>> step = lambda y: (y >= 0).astype(float)      # the CDF of A = 0
+    >>> expect_shifted(step, np.array([0.5, 1.5, 3.0]), np.array([1.0, 2.0]), np.array([0.25, 0.75])).tolist()
+    [0.0, 0.25, 1.0]
+    """
+    x = np.asarray(x, dtype=float)
+    flat = x.reshape(-1)
+    out = np.empty(flat.shape)
+    step = max(1, _CHUNK // max(len(shifts), 1))
+    for s in range(0, len(flat), step):
+        out[s:s + step] = kernel(flat[s:s + step, None] - shifts[None, :]) @ weights
+    return np.clip(out, 0.0, 1.0).reshape(x.shape)
 
 
 class Term:
@@ -199,21 +222,11 @@ class Sum(Term):
         self.value = a.value + b.value if self.constant else 0.0
         self.discrete = a.discrete and b.discrete
 
-    def _conv(self, y, kernel):
-        y = np.asarray(y, dtype=float)
-        v, w = self.b.atoms()
-        flat = y.reshape(-1)
-        out = np.empty(flat.shape)
-        step = max(1, 4_000_000 // len(v))
-        for s in range(0, len(flat), step):
-            out[s:s + step] = kernel(flat[s:s + step, None] - v[None, :]) @ w
-        return np.clip(out, 0.0, 1.0).reshape(y.shape)
-
     def cdf(self, y):
-        return self._conv(y, self.a.cdf)
+        return expect_shifted(self.a.cdf, y, *self.b.atoms())
 
     def sf(self, y):
-        return self._conv(y, self.a.sf)
+        return expect_shifted(self.a.sf, y, *self.b.atoms())
 
     def lower(self):
         return self.a.lower() + self.b.lower()

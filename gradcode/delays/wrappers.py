@@ -14,7 +14,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
-from ._base import _CHUNK, DelayModel
+from ._base import DelayModel
+from ._comm import _CHUNK
 from ._crn import STREAM_MIXTURE, STREAM_PERSISTENT, check_seed, per_worker_uniforms, uniforms
 
 
