@@ -27,7 +27,6 @@ by round-off; rank 0's is the one recorded. The loop, the update, the evaluation
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -70,10 +69,8 @@ class Decentralized(Driver):
         self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
         self.d = workload.dim
         # the step's collectives, through shared memory on one node (exchange.py); collective to set up
-        # rank 0's pid names the job on this host (every rank knows it after the first checkpoint: peers.py)
-        job = str(os.getpid()) if self.rank == 0 else (str(peers.local[0]) if 0 in peers.local else None)
         self.exchange = open_exchange(comm, self.d + 1, INFO,
-                                      lambda: peers.checkpoint("shared memory", cfg.startup_timeout), job)
+                                      lambda: peers.checkpoint("shared memory", cfg.startup_timeout), peers.local)
         ex = self.exchange
         self.send, self.row, self.rows = ex.send, ex.row, ex.rows    # filled / read in place; the sum: ex.total
         self.out = out

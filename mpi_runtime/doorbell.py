@@ -20,6 +20,7 @@ False
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import sys
@@ -64,3 +65,11 @@ def open_doorbell(job: str, rank: int, size: int) -> Doorbell | None:
         return Doorbell(job, rank, size)
     except OSError:
         return None
+
+
+def job_doorbell(what: str, rank: int, size: int, local_pids: dict[int, int]) -> Doorbell | None:
+    """This rank's doorbell in the job whose rank 0 has the pid ``local_pids[0]`` (a name unique on the host while
+    the job runs; every rank on rank 0's host knows it after the first checkpoint, :class:`~mpi_runtime.peers.Peers`);
+    None if rank 0 is not on this host."""
+    pid = os.getpid() if rank == 0 else local_pids.get(0)
+    return None if pid is None else open_doorbell(f"{what}-{pid}", rank, size)

@@ -24,9 +24,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import protocol as P
-from .doorbell import open_doorbell
-
-RECHECK = 0.005    # seconds: the longest a rank blocks on its doorbell before it looks at the flags (and peers) again
+from .doorbell import job_doorbell
 
 
 class MessageExchange:
@@ -57,7 +55,7 @@ class SharedExchange:
     one: hence two. It comes back to this step's buffers only after every rank's next contribution, i.e. after
     every rank has finished reading them."""
 
-    def __init__(self, comm: MPI.Comm, length: int, info: int, barrier, job: str | None):
+    def __init__(self, comm: MPI.Comm, length: int, info: int, barrier, local_pids: dict[int, int]):
         rank, size = comm.Get_rank(), comm.Get_size()
         own = length + info + (2 * (length + size * info) + size + 1 if rank == 0 else 0)
         self.win = MPI.Win.Allocate_shared(own * 8, 8, comm=comm)
@@ -71,8 +69,7 @@ class SharedExchange:
         self.rank, self.size, self.step, self.next = rank, size, 0, 0
         self.send, self.row = self.parts[rank], self.row_of[rank]      # filled in place: no copy
         self.total, self.rows = self.sums[0], np.zeros((size, info))     # total: a view, valid until the next step
-        # None (no job name, not Linux): the waits poll
-        self.bell = None if job is None else open_doorbell(f"exchange-{job}", rank, size)
+        self.bell = job_doorbell("exchange", rank, size, local_pids)     # None (not Linux): the waits poll
         self.win.Lock_all(MPI.MODE_NOCHECK)
         segments[rank][...] = 0.0       # first touch by the owner, before the clock starts
         self.win.Sync()
@@ -122,7 +119,7 @@ class SharedExchange:
         if self.bell is None:
             wait(done, what)
         else:
-            wait(done, what, lambda: self.bell.wait(RECHECK))
+            wait(done, what, lambda: self.bell.wait(P.RECHECK))
 
     def close(self) -> None:
         """Collective: only when every rank reaches the end of the run (never before an ``MPI_Abort``)."""
@@ -132,10 +129,10 @@ class SharedExchange:
         self.win.Free()
 
 
-def open_exchange(comm: MPI.Comm, length: int, info: int, barrier, job: str | None = None):
+def open_exchange(comm: MPI.Comm, length: int, info: int, barrier, local_pids: dict[int, int]):
     """:class:`SharedExchange` if every rank is on one node (and ``GRADCODE_MPI_SHARED`` is not ``0``), else
-    :class:`MessageExchange`. ``job``: a name unique on the host while the job runs (its doorbells' names). Collective,
-    like :func:`mpi_runtime.protocol.open_shared`."""
+    :class:`MessageExchange`. ``local_pids``: the pids of the ranks on this host (``Peers.local``: names the
+    doorbells). Collective, like :func:`mpi_runtime.protocol.open_shared`."""
     if P.one_node(comm):
-        return SharedExchange(comm, length, info, barrier, job)
+        return SharedExchange(comm, length, info, barrier, local_pids)
     return MessageExchange(comm, length, info)

@@ -75,6 +75,7 @@ from gradcode.cluster import (
 from . import protocol as P
 from . import streaming as S
 from .config import RunConfig
+from .doorbell import job_doorbell
 from .faults import Faults
 from .peers import Peers, who
 from .protocol import RunFailure
@@ -98,6 +99,8 @@ class Master(Driver):
                                     lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
                                     ring=S.STREAM_RING if self.streaming else 1)
         self.slots = P.ModelSlots(self.shared)
+        # on one node: ring a worker's doorbell after its plan, and wait on ours for results (doorbell.py)
+        self.bell = job_doorbell("plans", 0, self.n + 1, peers.local) if self.shared else None
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
         self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
@@ -189,7 +192,8 @@ class Master(Driver):
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         idle = np.flatnonzero(self.busy < 0)
         for i in idle:
-            self._send_plan(int(i), t, plan)
+            self._send_plan(int(i), t, plan, ring=False)
+        self._ring(idle)        # after every plan is out: a woken worker may take the CPU from the master
         send_s = time.perf_counter() - tick
         # while the workers compute, off the critical path: their emulated times, and the ideal
         compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
@@ -242,10 +246,13 @@ class Master(Driver):
                 self._post(i)
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         targets = range(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
+        sent = []
         for i in targets:
             if self.busy[i] >= 0 and not self.send_reqs[i].Test():
                 continue   # it has not taken its last plan yet (a large model mid-transfer): it gets this one later
-            self._send_plan(int(i), t, plan)
+            self._send_plan(int(i), t, plan, ring=False)
+            sent.append(int(i))
+        self._ring(sent)        # after every plan is out (see _gather)
         send_s = time.perf_counter() - tick
         compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
         self.emulated = compute[0] + comm_time[0]
@@ -330,7 +337,7 @@ class Master(Driver):
                 raise RunFailure(self._unmet(t, [i for i, _ in received],
                                              f"no message for {self.cfg.grace:g} s ([run] grace)"))
             self.peers.check()
-            time.sleep(P.POLL)
+            self._nap(plan, start)
 
     def _stream_arrivals(self) -> list[int]:
         """Workers whose result completed since the last call, in the order they were sent."""
@@ -399,7 +406,7 @@ class Master(Driver):
             raise RunFailure(f"iteration {t}: {err}") from None
 
     # --- sending and receiving ------------------------------------------------------------------------------
-    def _send_plan(self, i: int, t: int, plan) -> None:
+    def _send_plan(self, i: int, t: int, plan, ring: bool = True) -> None:
         try:       # the worker answered its previous plan, so it took it: its buffer is free again
             P.wait(self.send_reqs[i], timeout=self.cfg.grace, watch=self.peers.check)
         except TimeoutError:
@@ -414,6 +421,8 @@ class Master(Driver):
         if not self.streaming:     # streaming: the receive on STREAM_TAG stays posted
             self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
         self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
+        if ring:
+            self._ring([i])
         self.busy[i], self.slot_of[i] = t, self.slot
         self.plan_at[i], self.plan_iter[i] = self.now(), t
         self.stats["sent"] += 1
@@ -441,7 +450,22 @@ class Master(Driver):
             if time.perf_counter() - last > self.cfg.grace:
                 raise RunFailure(self._unmet(t, responders, f"no message for {self.cfg.grace:g} s ([run] grace)"))
             self.peers.check()      # a worker that failed or died: name it now, not after grace
+            self._nap(plan, start)
+
+    def _ring(self, workers) -> None:
+        """Wake these workers (their doorbells), if we have doorbells."""
+        if self.bell is not None:
+            for i in workers:
+                self.bell.ring(int(i) + 1)
+
+    def _nap(self, plan, start: float) -> None:
+        """Between two looks for results: on our doorbell (a worker rings it after each result) for up to
+        IDLE_POLL, never past the plan's deadline; without a doorbell a POLL sleep."""
+        if self.bell is None:
             time.sleep(P.POLL)
+            return
+        left = (plan.deadline - (self.now() - start)) * self.scale
+        self.bell.wait(min(P.IDLE_POLL, max(left, 0.0)))
 
     def _unmet(self, t: int, responders: list[int], why: str) -> str:
         """Why iteration ``t`` cannot end: the workers waited for (and their processes' state), the erasures."""
@@ -560,6 +584,7 @@ class Master(Driver):
         stop = np.zeros(1)
         acks = [np.zeros(1) for _ in range(self.n)]
         stops = [self.comm.Isend(stop, dest=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
+        self._ring(range(self.n))
         ack_reqs = [self.comm.Irecv(acks[i], source=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
         limit = time.perf_counter() + self.cfg.grace
         acked = np.zeros(self.n, dtype=bool)

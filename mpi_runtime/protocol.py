@@ -56,6 +56,8 @@ POLL = 2e-4             # seconds between two tests of a pending request
 IDLE_POLL = 1e-3        # seconds between two looks for a plan by an idle worker: the plan's pickup counts toward the
 #                         worker's emulated time (which runs from the master's stamp), and eight idle ranks polling
 #                         every POLL would take most of a core of a 2-core host from the ranks that compute
+RECHECK = 5e-3         # seconds: the longest a rank blocks on its doorbell (doorbell.py) before it looks again for
+#                         what it waits for, and at its peers (a ring that was lost costs at most this)
 RESOLUTION = 1e-3       # seconds: the runtime's own cost per iteration is of this order (polls, sends, sleeps'
 #                         overshoot); an ideal iteration time below it has no meaningful overhead ratio
 CTRL_TAG = 32767        # STOP / ACK
@@ -149,10 +151,10 @@ def precise_sleep() -> None:
             pass
 
 
-def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -> bool:
+def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005, nap=time.sleep) -> bool:
     """Sleep until the wall time ``deadline`` (``time.time``, common to the ranks of one host) in steps of at most
     1 ms. If given, ``interrupted()`` is asked every ``check_every`` seconds; returns False as soon as it says
-    True, else True at the deadline."""
+    True, else True at the deadline. ``nap(seconds)`` sleeps (a doorbell's wait may return early: doorbell.py)."""
     last_check = -math.inf
     while True:
         now = time.time()
@@ -166,7 +168,7 @@ def sleep_until(deadline: float, interrupted=None, check_every: float = 0.005) -
                 if interrupted():
                     return False
             wake = min(deadline, last_check + max(check_every, 1e-3))
-        time.sleep(max(wake - now, 0.0))
+        nap(max(wake - now, 0.0))
 
 
 def wait(request: MPI.Request, poll: float = POLL, timeout: float | None = None, watch=None) -> MPI.Status:
