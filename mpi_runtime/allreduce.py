@@ -9,19 +9,22 @@ timer checks) lives in the scheme alone: this module never reads it. The schedul
 step ``t + 1`` at the same wall-clock instant, the moment the last worker finished step ``t`` (exchanged in the
 All-Gather), and chunk ends count from there, so real compute and the collectives' latency count toward the emulated
 times instead of piling up (an overrun is flagged when the real work alone is longer). Then the worker waits out
-its emulated communication time and joins a non-blocking All-Reduce (``Iallreduce``, polled) of ``[gradient sum,
-chunks kept]``; every rank applies ``scheme.combine_sum`` and ``w -= lr * g``, and calls ``scheme.observe`` with the
+its emulated communication time and joins the step's exchange (``exchange.py``): the All-Reduce of ``[gradient sum,
+chunks kept]`` (through shared memory on one node, rank 0 adding the contributions as they land; else MPI's
+``Iallreduce``); every rank applies ``scheme.combine_sum`` and ``w -= lr * g``, and calls ``scheme.observe`` with the
 step's times (the same on every rank, so an automatic ``tau`` is the same everywhere).
 
 Each step every rank contributes a row ``[kept, compute time, overrun, non-finite, wall time when done, real
-compute seconds, seconds to joining]`` to an ``Iallgather``; the last two give the records' per-worker times.
+compute seconds, seconds to joining]`` to the same exchange (an All-Gather); the last two give the records'
+per-worker times.
 Rank 0 takes part with zero contribution and writes the records (``end`` is when its All-Reduce and All-Gather
 completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). A worker whose
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
-does not promise bit-identical All-Reduce results on every rank, so the models of different ranks may drift apart
-by round-off; rank 0's is the one recorded. The loop, the update, the evaluation and the record are
-:class:`gradcode.cluster.Driver`'s. Every collective is polled and bounded (until the step's emulated end plus
-``[run] grace``); rank 0 then names the ranks that stopped answering (``peers.py``).
+does not promise bit-identical All-Reduce results on every rank, so across hosts the models of different ranks may
+drift apart by round-off (on one node the shared-memory sum is the same everywhere); rank 0's is the one recorded.
+The loop, the update, the evaluation and the record are :class:`gradcode.cluster.Driver`'s. Every collective is
+waited for without spinning and bounded (until the step's emulated end plus ``[run] grace``); rank 0 then names the
+ranks that stopped answering (``peers.py``).
 """
 
 from __future__ import annotations

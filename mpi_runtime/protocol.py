@@ -37,8 +37,10 @@ may hold two plans) uses the same window: each model in a slot that no worker ma
 messages in a ring of segments of its own, and only headers travel (``streaming.py``).
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
-ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), and the
-runtime bounds each one (a timeout, and a ``watch`` that notices a dead or failed peer: ``peers.py``).
+ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), or on
+one node a block on the rank's doorbell, rung by whoever ends the wait (``doorbell.py``: idle workers, the master
+waiting for results, the All-Reduce path's exchange), and the runtime bounds each one (a timeout, and a ``watch``
+that notices a dead or failed peer: ``peers.py``).
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ import numpy as np
 from mpi4py import MPI
 
 POLL = 2e-4             # seconds between two tests of a pending request
-IDLE_POLL = 1e-3        # seconds between two looks for a plan by an idle worker: the plan's pickup counts toward the
-#                         worker's emulated time (which runs from the master's stamp), and eight idle ranks polling
-#                         every POLL would take most of a core of a 2-core host from the ranks that compute
+IDLE_POLL = 1e-3        # seconds between two looks for a plan by an idle worker with no doorbell (several hosts, or
+#                         GRADCODE_MPI_SHARED=0): the plan's pickup counts toward the worker's emulated time (which
+#                         runs from the master's stamp), and eight idle ranks polling every POLL would take most of a
+#                         core of a 2-core host from the ranks that compute; also the master's longest doorbell wait
 RECHECK = 5e-3         # seconds: the longest a rank blocks on its doorbell (doorbell.py) before it looks again for
 #                         what it waits for, and at its peers (a ring that was lost costs at most this)
 RESOLUTION = 1e-3       # seconds: the runtime's own cost per iteration is of this order (polls, sends, sleeps'

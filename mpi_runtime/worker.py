@@ -2,10 +2,11 @@
 
 Worker ``i`` (rank ``i + 1``) loops:
 
-1. **Wait for a plan** by polling (``Iprobe`` + short sleep). If several plans are queued (it was busy), it drains
-   them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers ``ACK``). The
-   model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the plan names
-   (``protocol.py``), checked after the compute to still hold the plan's version.
+1. **Wait for a plan**: ``Iprobe``, then on one node a block on this worker's doorbell, which the master rings after
+   sending plans (``doorbell.py``; re-checked every 5 ms), elsewhere a 1 ms sleep. If several plans are queued (it
+   was busy), it drains them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers
+   ``ACK``). The model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the
+   plan names (``protocol.py``), checked after the compute to still hold the plan's version.
 2. **Compute** the real partial gradients of its partitions (``workload.gradients``) and encode them with
    ``scheme.message(i, partials, plan)``. Every rank built the same workload and scheme from the spec.
 3. **Emulate the response time** that the delay model assigns it, ``(P_i(load_i) + C_i) * time_scale`` seconds

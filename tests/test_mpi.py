@@ -478,3 +478,27 @@ def test_partial_coded_approximate_on_mpi_stops_at_wait(tmp_path):
         assert len({tuple(m) for m in rec["received"]}) == len(rec["received"]) >= 3   # one chunk per message
         assert rec["method"] in ("approximate", "exact")
         assert rec["residual"] <= math.sqrt(1 / 4) + 1e-12     # at most 1 of the 4 chunks missing
+
+
+def test_doorbell_wakes_at_once_and_a_lost_ring_only_delays():
+    """The doorbell a waiting rank blocks on (mpi_runtime/doorbell.py): a ring ends the wait at once, rings before the
+    wait are kept (no lost wake-up), several rings are one, a ring to a socket that does not exist is dropped
+    silently, and a rank whose rank 0 is on another host gets none."""
+    import doctest
+    import time
+
+    from mpi_runtime import doorbell
+
+    assert doctest.testmod(doorbell).failed == 0
+    a, b = doorbell.Doorbell("t-test", 0, 3), doorbell.Doorbell("t-test", 1, 3)
+    try:
+        a.ring(1)
+        a.ring(1)                       # before the wait, twice
+        tick = time.perf_counter()
+        assert b.wait(5.0) and time.perf_counter() - tick < 1.0
+        assert not b.wait(0.02)         # both rings consumed by the first wait
+        a.ring(2)                       # rank 2 never opened its doorbell: dropped, no error
+    finally:
+        a.close()
+        b.close()
+    assert doorbell.job_doorbell("t-test", 1, 3, {}) is None
