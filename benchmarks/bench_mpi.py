@@ -8,8 +8,9 @@ to 1, so its first iterations last only 4-10 ms: the same configuration since th
 for real (8 gradients at once, the master's work, the polling of waiting ranks): adaptive_k_load's ratio follows the
 machine's load more than the runtime's cost (1.04 to 1.4 for the same code on different days), so compare its
 overhead in milliseconds per iteration. The same holds for anytime's chunks (a quarter unit: 7.5 ms plus an
-exponential), shorter than the previous step's All-Reduce (1e5 floats over 9 ranks, polled: 13-36 ms at load 10-16),
-which counts toward the first chunk: hence its overruns. The workload is least squares with ``dim = 100000`` on 64
+exponential): the previous step's All-Reduce and every rank's update count toward the first chunk (MPI's polled
+All-Reduce took 6-13 ms there; the shared-memory exchange, ``mpi_runtime/exchange.py``, cut its overruns from ~220
+to ~60 a run). The workload is least squares with ``dim = 100000`` on 64
 samples, so every message and model is 1e5 float64 (800 kB); on one node they move through shared memory and
 only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
 ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the
