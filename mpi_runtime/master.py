@@ -301,6 +301,8 @@ class Master(Driver):
                 hdr = self.recv_bufs[i]
                 t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
                 heard = self._heard(hdr)    # read before the buffer is reposted
+                if t_msg == t and hdr[4] and i not in self.stats["overruns"]:
+                    self.stats["overruns"].append(i)    # a chunk's real compute outlasted its emulated time
                 self.unread.answered(i, t_msg)   # it has copied the model of plan t_msg, and skipped older ones
                 use = (t_msg == t and kind != P.MARKER
                        and not (received and self.policy.stream_holds(received, plan, fallback)))

@@ -204,6 +204,7 @@ class Worker:
         scale = self.cfg.time_scale
         ends = [begin + compute * scale * (j + 1) / L for j in range(L)]
         self.receipt, self.real, self.target = received, 0.0, (compute + comm) * scale   # for the result headers
+        self.overrun = False
         partials: list[np.ndarray] = []
         queue: list[tuple[float, int, np.ndarray | None]] = []    # (send time, chunks done, message)
         done = 0
@@ -217,6 +218,10 @@ class Worker:
             self.real += spent
             if self.add:     # this chunk's emulated time after its real compute: every later end moves too
                 ends[j:] = [e + spent for e in ends[j:]]
+            # the real work alone outlasted the chunk's emulated end (a chunk below the runtime's resolution has
+            # nothing to overrun, nor has a delay added after the real work), as in _work
+            elif ends[j] - (ends[j - 1] if j else begin) >= P.RESOLUTION and time.time() > ends[j]:
+                self.overrun = True
             state = self._until(ends[j], queue, t, interruptible=not chunked)
             if state != "on":
                 return state != "stop"
@@ -286,7 +291,8 @@ class Worker:
             self.faults.maybe_poison(t, out[P.RESULT_HEADER:])
         else:
             out = out[:P.RESULT_HEADER]
-        out[:P.RESULT_HEADER] = (t, self.i, self.real, self.target, 0.0, time.time(), c, kind, self.receipt, seq)
+        out[:P.RESULT_HEADER] = (t, self.i, self.real, self.target, float(self.overrun), time.time(), c, kind,
+                                 self.receipt, seq)
         if last:
             self.free = out[5]
         self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")

@@ -502,3 +502,17 @@ def test_doorbell_wakes_at_once_and_a_lost_ring_only_delays():
         a.close()
         b.close()
     assert doorbell.job_doorbell("t-test", 1, 3, {}) is None
+
+
+def test_streaming_overruns_are_flagged(tmp_path):
+    """partial_coded streams a message per chunk; with chunks emulated at 1.2 ms and a real gradient of 16 samples x
+    2e5 features (several ms), every worker's real work outlasts its emulated time: the overrun flag of its results
+    says so (it was always 0 on the streaming path) and the records count it."""
+    spec = _spec({"name": "partial_coded", "s": 1}, iterations=4, delay={"name": "constant", "value": 0.06})
+    spec["workload"] = {"name": "least_squares", "n_samples": 64, "dim": 200000, "seed": 1}
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = _records(out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overruns"] == sum(len(r["overruns"]) for r in records) > 0
+    assert all(0 <= i < 4 for r in records for i in r["overruns"])
