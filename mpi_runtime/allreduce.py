@@ -124,7 +124,7 @@ class Decentralized(Driver):
         if self.target_loss is not None or self.time_budget is not None or self.target_accuracy is not None:
             flag = np.array([1.0 if stop else 0.0])
             self.due = time.time()
-            self._wait(self.comm.Ibcast(flag, root=0), "the stop decision (Ibcast)")
+            self._wait(self.comm.Ibcast(flag, root=0).Test, "the stop decision (Ibcast)")
             stop = bool(flag[0])
         return stop
 
@@ -160,7 +160,7 @@ class Decentralized(Driver):
                                         combined=combined, **measured)
 
     def _wait(self, done, what: str, idle=None) -> None:
-        """Complete a collective (an MPI request, or a test function: exchange.py), bounded: every rank may be busy
+        """Wait until ``done()`` (a request's ``Test``, or exchange.py's flags) holds, bounded: every rank may be busy
         until the step's emulated end, then ``grace`` s
         more. Rank 0 then pings the others and names those that do not answer (a rank answers while it waits in
         the collective, see :meth:`Peers.check`); the other ranks wait longer, so that rank 0's naming comes first,
@@ -168,8 +168,7 @@ class Decentralized(Driver):
         grace = self.cfg.grace
         limit = max(self.due - time.time(), 0.0) + grace + (0 if self.rank == 0 else 2 * grace + 1)
         try:
-            P.wait_for(done.Test if isinstance(done, MPI.Request) else done, timeout=limit, watch=self.peers.check,
-                       idle=idle)
+            P.wait_for(done, timeout=limit, watch=self.peers.check, idle=idle)
             return
         except TimeoutError:
             pass

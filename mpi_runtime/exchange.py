@@ -36,8 +36,8 @@ class MessageExchange:
         self.row, self.rows = np.zeros(info), np.zeros((comm.Get_size(), info))
 
     def exchange(self, wait) -> None:
-        wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM), "the All-Reduce")
-        wait(self.comm.Iallgather(self.row, self.rows), "the All-Gather")
+        wait(self.comm.Iallreduce(self.send, self.total, op=MPI.SUM).Test, "the All-Reduce")
+        wait(self.comm.Iallgather(self.row, self.rows).Test, "the All-Gather")
 
     def close(self) -> None:
         pass
