@@ -338,7 +338,10 @@ class Workload:
             else:
                 Xb = self.X[idx]                                              # (m, b, p)
                 R = self._residual(np.matmul(Xb, W.T), self.y[idx])          # (m, b, C)
-                G = np.matmul(R.transpose(0, 2, 1), Xb).reshape(m, self.dim)  # (m, C*p)
+                if batch == 1:     # an outer product: numpy's stacked matmul over an inner size 1 is ~5x slower
+                    G = np.multiply(R[:, 0, :, None], Xb[:, 0, None, :]).reshape(m, self.dim)    # same bits
+                else:
+                    G = np.matmul(R.transpose(0, 2, 1), Xb).reshape(m, self.dim)  # (m, C*p)
             G *= (sizes / (batch * self.n_samples))[:, None]
         if self.reg:
             G += (sizes * (self.reg / self.n_samples))[:, None] * W.ravel()[None, :]

@@ -343,7 +343,7 @@ class Master(Driver):
 
     def _stream_arrivals(self) -> list[int]:
         """Workers whose result completed since the last call, in the order they were sent."""
-        done = MPI.Request.Testsome(self.recv_reqs)
+        done = P.testsome(self.recv_reqs)
         if not done:
             return []
         for i in done:
@@ -422,11 +422,12 @@ class Master(Driver):
         tag = P.data_tag(t)
         if not self.streaming:     # streaming: the receive on STREAM_TAG stays posted
             self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
+        # the departure, read before the send: a worker rung now may take the CPU and its plan up at once
+        self.plan_at[i], self.plan_iter[i] = self.now(), t
         self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
         if ring:
             self._ring([i])
         self.busy[i], self.slot_of[i] = t, self.slot
-        self.plan_at[i], self.plan_iter[i] = self.now(), t
         self.stats["sent"] += 1
         self.stats["computed"] += float(plan.load[i])
 
@@ -484,7 +485,7 @@ class Master(Driver):
 
     def _arrivals(self) -> list[int]:
         """Workers whose message completed since the last call, in the order they were sent."""
-        done = MPI.Request.Testsome(self.recv_reqs)
+        done = P.testsome(self.recv_reqs)
         if not done:
             return []
         for i in done:

@@ -2,8 +2,9 @@
 
 Worker ``i`` (rank ``i + 1``) loops:
 
-1. **Wait for a plan**: ``Iprobe``, then on one node a block on this worker's doorbell, which the master rings after
-   sending plans (``doorbell.py``; re-checked every 5 ms), elsewhere a 1 ms sleep. If several plans are queued (it
+1. **Wait for a plan**: ``Iprobe`` (twice: MPICH's first probe after a wait often misses a plan that is there,
+   ``protocol.probe``), then on one node a block on this worker's doorbell, which the master rings after sending
+   plans (``doorbell.py``; re-checked every 5 ms), elsewhere a 1 ms sleep. If several plans are queued (it
    was busy), it drains them all and keeps only the newest: old plans are stale. A ``STOP`` ends the loop (it answers
    ``ACK``). The model is read where it arrived, never copied: in the plan buffer, or in the shared-memory slot the
    plan names (``protocol.py``), checked after the compute to still hold the plan's version.
@@ -109,7 +110,7 @@ class Worker:
         status = MPI.Status()
         limit = time.perf_counter() + self.patience
         while True:
-            if self.comm.Iprobe(source=0, tag=MPI.ANY_TAG, status=status):
+            if P.probe(self.comm, 0, MPI.ANY_TAG, status):
                 if status.Get_tag() == P.CTRL_TAG:
                     self._stop()
                     return None
@@ -305,7 +306,7 @@ class Worker:
     def _newer_plan(self) -> bool:
         """Is a plan waiting (a newer one: plans come in order)?"""
         status = MPI.Status()
-        return bool(self.comm.Iprobe(source=0, tag=MPI.ANY_TAG, status=status)) and status.Get_tag() != P.CTRL_TAG
+        return P.probe(self.comm, 0, MPI.ANY_TAG, status) and status.Get_tag() != P.CTRL_TAG
 
     def _stop_or_newer(self) -> bool:
         return self._stop_came() or self._newer_plan()
@@ -329,7 +330,7 @@ class Worker:
 
     def _stop_came(self) -> bool:
         """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""
-        if self.comm.Iprobe(source=0, tag=P.CTRL_TAG):
+        if P.probe(self.comm, 0, P.CTRL_TAG):
             self._stop()
             self.stopped = True
             return True

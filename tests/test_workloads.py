@@ -124,6 +124,21 @@ def test_minibatch_matches_direct_formula(workload, batch):
         np.testing.assert_allclose(G[row], _manual_minibatch(workload, w, idx[row], sizes[j]), **tol)
 
 
+@pytest.mark.parametrize("name", ["least_squares", "logistic", "softmax_digits"])   # the linear models
+def test_batch_of_one_is_bitwise_the_stacked_product(name):
+    """``batch = 1`` takes an outer product instead of numpy's stacked matmul (5x faster at d = 1e5): the same
+    bits, so that runs before and after the change agree exactly."""
+    workload = make_workload(name, **SMALL[name])
+    w, parts = random_w(workload, 3), [2, 0, 2, 5]
+    idx = workload.batch_indices(4, parts, 6, 1)
+    Xb, W = workload.X[idx], w.reshape(workload.n_classes, -1)
+    R = workload._residual(np.matmul(Xb, W.T), workload.y[idx])
+    sizes = workload.partition_sizes(6)[parts].astype(float)
+    stacked = np.matmul(R.transpose(0, 2, 1), Xb).reshape(len(parts), -1) * (sizes / workload.n_samples)[:, None]
+    stacked += (sizes * (workload.reg / workload.n_samples))[:, None] * w[None, :]
+    assert np.array_equal(workload.gradients(w, 4, parts, 6, batch=1), stacked)
+
+
 def test_batch_at_least_partition_size_without_replacement_is_full_batch():
     ls = make_workload("least_squares", n_samples=60, dim=3)
     w = random_w(ls)
