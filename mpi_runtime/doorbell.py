@@ -6,8 +6,9 @@ barrier) queued for it. A doorbell is a Unix datagram socket in Linux's abstract
 it disappears with its process), named after the job and the rank. A waiting rank blocks in ``select`` on its own
 socket for at most ``timeout`` seconds; whoever ends its wait sends it one byte. The waiter always tests its
 condition again after waking, so a ring that comes early, twice, or never (the socket's buffer full, a ring before
-the socket exists) costs at most one ``timeout``, never a wrong result. Where abstract sockets do not exist (not
-Linux) :func:`open_doorbell` returns None and the caller polls.
+the socket exists) costs at most one ``timeout``, never a wrong result. Where there is none (not Linux, rank 0 on
+another host, or no shared memory) a rank gets :data:`NO_DOORBELL`, which nobody rings: its ``wait`` is a sleep of
+the caller's ``poll`` interval, so the callers need no second branch.
 
 >>> a, b = Doorbell("doctest", 0, 2), Doorbell("doctest", 1, 2)
 >>> a.ring(1)
@@ -24,6 +25,7 @@ import os
 import select
 import socket
 import sys
+import time
 
 
 class Doorbell:
@@ -42,8 +44,9 @@ class Doorbell:
         except OSError:        # not bound yet, gone, or its buffer full: it will look again after its timeout
             pass
 
-    def wait(self, timeout: float) -> bool:
-        """Block until rung or ``timeout`` seconds passed; True if rung. Every ring received so far is consumed."""
+    def wait(self, timeout: float, poll: float | None = None) -> bool:
+        """Block until rung or ``timeout`` seconds passed; True if rung. Every ring received so far is consumed.
+        (``poll``: what :class:`NoDoorbell` sleeps instead; a doorbell needs no polling.)"""
         ready, _, _ = select.select([self.sock], [], [], timeout)
         if not ready:
             return False
@@ -57,19 +60,37 @@ class Doorbell:
         self.sock.close()
 
 
-def open_doorbell(job: str, rank: int, size: int) -> Doorbell | None:
-    """A :class:`Doorbell`, or None where Linux's abstract socket namespace is not available (the caller polls)."""
+class NoDoorbell:
+    """The stand-in where a rank has no doorbell: rings go nowhere, and a wait never ends early, so the caller polls
+    (``wait(timeout, poll)`` sleeps ``poll`` seconds if given, else ``timeout``)."""
+
+    def ring(self, rank: int) -> None:
+        pass
+
+    def wait(self, timeout: float, poll: float | None = None) -> bool:
+        time.sleep(timeout if poll is None else poll)
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+NO_DOORBELL = NoDoorbell()
+
+
+def open_doorbell(job: str, rank: int, size: int) -> Doorbell | NoDoorbell:
+    """A :class:`Doorbell`, or :data:`NO_DOORBELL` where Linux's abstract socket namespace is not available."""
     if not sys.platform.startswith("linux"):
-        return None
+        return NO_DOORBELL
     try:
         return Doorbell(job, rank, size)
     except OSError:
-        return None
+        return NO_DOORBELL
 
 
-def job_doorbell(what: str, rank: int, size: int, local_pids: dict[int, int]) -> Doorbell | None:
+def job_doorbell(what: str, rank: int, size: int, local_pids: dict[int, int]) -> Doorbell | NoDoorbell:
     """This rank's doorbell in the job whose rank 0 has the pid ``local_pids[0]`` (a name unique on the host while
     the job runs; every rank on rank 0's host knows it after the first checkpoint, :class:`~mpi_runtime.peers.Peers`);
-    None if rank 0 is not on this host."""
+    :data:`NO_DOORBELL` if rank 0 is not on this host."""
     pid = os.getpid() if rank == 0 else local_pids.get(0)
-    return None if pid is None else open_doorbell(f"{what}-{pid}", rank, size)
+    return NO_DOORBELL if pid is None else open_doorbell(f"{what}-{pid}", rank, size)

@@ -69,7 +69,7 @@ class SharedExchange:
         self.rank, self.size, self.step, self.next = rank, size, 0, 0
         self.send, self.row = self.parts[rank], self.row_of[rank]      # filled in place: no copy
         self.total, self.rows = self.sums[0], np.zeros((size, info))     # total: a view, valid until the next step
-        self.bell = job_doorbell("exchange", rank, size, local_pids)     # None (not Linux): the waits poll
+        self.bell = job_doorbell("exchange", rank, size, local_pids)     # NO_DOORBELL (not Linux): the waits poll
         self.win.Lock_all(MPI.MODE_NOCHECK)
         segments[rank][...] = 0.0       # first touch by the owner, before the clock starts
         self.win.Sync()
@@ -87,12 +87,10 @@ class SharedExchange:
             self.win.Sync()
             self.ready[0] = self.step
             self.win.Sync()
-            if self.bell is not None:
-                for r in range(1, self.size):
-                    self.bell.ring(r)
+            for r in range(1, self.size):
+                self.bell.ring(r)
         else:
-            if self.bell is not None:
-                self.bell.ring(0)
+            self.bell.ring(0)
             self._wait(wait, self._sum_ready, "the All-Reduce (the sum in shared memory)")
         self.total = self.sums[self.step % 2]
         np.copyto(self.rows, self.rows_out[self.step % 2])     # a copy: the caller keeps them longer
@@ -116,15 +114,11 @@ class SharedExchange:
         return bool(self.ready[0] >= self.step)
 
     def _wait(self, wait, done, what: str) -> None:
-        if self.bell is None:
-            wait(done, what)
-        else:
-            wait(done, what, lambda: self.bell.wait(P.RECHECK))
+        wait(done, what, lambda: self.bell.wait(P.RECHECK, poll=P.POLL))
 
     def close(self) -> None:
         """Collective: only when every rank reaches the end of the run (never before an ``MPI_Abort``)."""
-        if self.bell is not None:
-            self.bell.close()
+        self.bell.close()
         self.win.Unlock_all()
         self.win.Free()
 

@@ -75,7 +75,7 @@ from gradcode.cluster import (
 from . import protocol as P
 from . import streaming as S
 from .config import RunConfig
-from .doorbell import job_doorbell
+from .doorbell import NO_DOORBELL, job_doorbell
 from .faults import Faults
 from .peers import Peers, who
 from .protocol import RunFailure
@@ -100,7 +100,7 @@ class Master(Driver):
                                     ring=S.STREAM_RING if self.streaming else 1)
         self.slots = P.ModelSlots(self.shared)
         # on one node: ring a worker's doorbell after its plan, and wait on ours for results (doorbell.py)
-        self.bell = job_doorbell("plans", 0, self.n + 1, peers.local) if self.shared else None
+        self.bell = job_doorbell("plans", 0, self.n + 1, peers.local) if self.shared else NO_DOORBELL
         self.slot_of = np.full(self.n, -1)        # the model slot named by the plan each worker holds
         # buffers written once here (np.full, not np.empty): the page faults of first use do not land in iteration 0
         self.send_bufs = [np.full(P.plan_size(capacity, d), 0.0) for _ in range(self.n)]
@@ -456,19 +456,15 @@ class Master(Driver):
             self._nap(plan, start)
 
     def _ring(self, workers) -> None:
-        """Wake these workers (their doorbells), if we have doorbells."""
-        if self.bell is not None:
-            for i in workers:
-                self.bell.ring(int(i) + 1)
+        """Wake these workers (their doorbells; nothing without doorbells)."""
+        for i in workers:
+            self.bell.ring(int(i) + 1)
 
     def _nap(self, plan, start: float) -> None:
         """Between two looks for results: on our doorbell (a worker rings it after each result) for up to
         IDLE_POLL, never past the plan's deadline; without a doorbell a POLL sleep."""
-        if self.bell is None:
-            time.sleep(P.POLL)
-            return
         left = (plan.deadline - (self.now() - start)) * self.scale
-        self.bell.wait(min(P.IDLE_POLL, max(left, 0.0)))
+        self.bell.wait(min(P.IDLE_POLL, max(left, 0.0)), poll=P.POLL)
 
     def _unmet(self, t: int, responders: list[int], why: str) -> str:
         """Why iteration ``t`` cannot end: the workers waited for (and their processes' state), the erasures."""

@@ -44,7 +44,7 @@ from gradcode.schemes._base import Plan
 from . import protocol as P
 from . import streaming as S
 from .config import RunConfig
-from .doorbell import job_doorbell
+from .doorbell import NO_DOORBELL, job_doorbell
 from .faults import Faults
 from .peers import MasterLost, Peers, who
 
@@ -73,8 +73,7 @@ class Worker:
         self.ctrl = np.zeros(1)
         # on one node: the master rings this worker's doorbell after each plan (and the STOP), the worker rings the
         # master's after each result, so that neither polls while it waits (doorbell.py)
-        self.bell = job_doorbell("plans", self.i + 1, self.n + 1, peers.local) if self.shared else None
-        self.nap = self.bell.wait if self.bell else time.sleep
+        self.bell = job_doorbell("plans", self.i + 1, self.n + 1, peers.local) if self.shared else NO_DOORBELL
         # how long the master may legitimately leave this worker without a plan: it fails an iteration after grace
         # seconds without any message, and an iteration takes at most 2 n messages (a late answer and a current one
         # per worker); beyond that the master is hung (a dead master on this host is noticed at once, peers.py)
@@ -125,10 +124,7 @@ class Worker:
                 raise MasterLost(f"no plan and no STOP from {who([0])} within {self.patience:g} s (2 n + 2 times "
                                  f"[run] grace){self.peers.states([0])}")
             self.peers.check()
-            if self.bell is None:
-                time.sleep(P.IDLE_POLL)
-            else:
-                self.bell.wait(P.RECHECK)
+            self.bell.wait(P.RECHECK, poll=P.IDLE_POLL)
 
     def _wait(self, request: MPI.Request, what: str) -> None:
         """Complete a transfer with the master, bounded (the master polls for it unless it is busy elsewhere)."""
@@ -167,14 +163,14 @@ class Worker:
         self.faults.maybe_poison(t, self.payload)
         if self.shared:
             self.shared.sync()        # the payload is written before the header that announces it is sent
-        if not P.sleep_until(until, self._stop_came, nap=self.nap):
+        if not P.sleep_until(until, self._stop_came, nap=self.bell.wait):
             return False
         hdr = self.result
         hdr[:P.RESULT_HEADER] = (t, self.i, real, target, float(overrun), time.time(), len(parts), P.LAST, received,
                                  -1)
         self.free = hdr[5]     # free from when it sent (its emulated arrival): the transfer counts toward the next plan
         self._wait(self.comm.Isend(hdr, dest=0, tag=P.data_tag(t)), f"the result of iteration {t}")
-        self._ring_master()
+        self.bell.ring(0)
         return True
 
     # --- one plan, chunk by chunk (a streaming scheme, or late_workers = "abandon") ------------------------------
@@ -267,7 +263,7 @@ class Worker:
             if not math.isfinite(nxt):
                 return "on"
             watch = self._stop_or_newer if abandon else self._stop_came
-            if not P.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005, nap=self.nap):
+            if not P.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005, nap=self.bell.wait):
                 if self.stopped:
                     return "stop"
                 self.free = free_at
@@ -297,11 +293,7 @@ class Worker:
         if last:
             self.free = out[5]
         self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")
-        self._ring_master()
-
-    def _ring_master(self) -> None:
-        if self.bell is not None:
-            self.bell.ring(0)
+        self.bell.ring(0)
 
     def _newer_plan(self) -> bool:
         """Is a plan waiting (a newer one: plans come in order)?"""

@@ -501,7 +501,11 @@ def test_doorbell_wakes_at_once_and_a_lost_ring_only_delays():
     finally:
         a.close()
         b.close()
-    assert doorbell.job_doorbell("t-test", 1, 3, {}) is None
+    none = doorbell.job_doorbell("t-test", 1, 3, {})      # rank 0 not on this host: a stand-in that never rings
+    assert none is doorbell.NO_DOORBELL
+    none.ring(0)
+    tick = time.perf_counter()
+    assert not none.wait(5.0, poll=0.01) and time.perf_counter() - tick < 1.0    # it sleeps the poll, not the timeout
 
 
 def test_streaming_overruns_are_flagged(tmp_path):
