@@ -311,14 +311,16 @@ class PartialCoded(Scheme):
         second: dict[int, int] = {}
         for k, (i, c) in enumerate(received):
             (second if c == plan.chunks(i) else first).setdefault(i, k)
-        own = sum((messages[k] for k in first.values()), np.zeros(messages.shape[1]))
+        a = np.zeros(len(messages))      # one weighted sum over the messages: a single pass, no copies
+        a[list(first.values())] = 1.0
         workers = sorted(second)
         dec = self.code.decoding(workers, "auto") if workers else None
-        coded = (dec.weights[workers] @ messages[[second[i] for i in workers]]) if workers else 0.0
+        if workers:
+            a[[second[i] for i in workers]] = dec.weights[workers]
         missing = self.n - len(first)   # own chunks of workers whose first message never came
         residual = math.sqrt(((dec.residual ** 2 * self.n) if dec else self.n) / plan.n_parts
                              + missing * self._own / plan.n_parts)
-        return Combined(own + coded, residual=residual, method=self._method(residual, received, approximate=False))
+        return Combined(a @ messages, residual=residual, method=self._method(residual, received, approximate=False))
 
     def _exact(self, residual: float) -> bool:
         """An exact gradient: ``ERROR_MARGIN * residual <= tol``, the rule of the codes (``codes/_base.py``)."""
