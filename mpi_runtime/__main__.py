@@ -107,7 +107,7 @@ def run(argv: list[str] | None, job: _Job) -> bool:
         return job.driver.run()
     from .worker import Worker
 
-    Worker(comm, cfg, scheme, workload, capacity, job.peers, faults).run()
+    Worker(comm, cfg, scheme, delay, workload, capacity, job.peers, faults).run()
     return False
 
 

@@ -190,18 +190,16 @@ class Master(Driver):
         self._new_times(t)
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
-        compute, comm_time = self._draw(t, plan)
         idle = np.flatnonzero(self.busy < 0)
-        # the soonest due first: on a shared host the first woken get the cores first, and the stop rule waits
-        # for the fastest
-        idle = idle[np.argsort(self.emulated[idle], kind="stable")]
         for i in idle:
             self._send_plan(int(i), t, plan, ring=False)
         self._ring(idle)        # after every plan is out: a woken worker may take the CPU from the master
         send_s = time.perf_counter() - tick
-        # while the workers compute, off the critical path: the ideal
+        # while the workers compute, off the critical path: their emulated times, and the ideal
+        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        self.emulated = compute[0] + comm_time[0]     # each worker's response time this iteration (model units)
         self.expected_free[idle] = self.stamp + self.emulated[idle] * self.scale
-        ideal = self._ideal(t, plan, start, free, compute, comm_time)
+        ideal = self._ideal(t, plan, start, free, compute[0], comm_time[0])
         ideal_responders = [int(i) for i in ideal.responders]
         self._write_record()
         responders = self._collect(t, plan, start, self.policy.fallback(ideal_responders))
@@ -247,9 +245,7 @@ class Master(Driver):
             if self.recv_reqs[i] == MPI.REQUEST_NULL:
                 self._post(i)
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
-        compute, comm_time = self._draw(t, plan)
-        targets = np.arange(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
-        targets = targets[np.argsort(self.emulated[targets], kind="stable")]     # the soonest due first (_gather)
+        targets = range(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
         sent = []
         for i in targets:
             if self.busy[i] >= 0 and not self.send_reqs[i].Test():
@@ -258,14 +254,16 @@ class Master(Driver):
             sent.append(int(i))
         self._ring(sent)        # after every plan is out (see _gather)
         send_s = time.perf_counter() - tick
+        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        self.emulated = compute[0] + comm_time[0]
         begin = np.maximum(start, free) if self.late == "finish" or plan.chunked else np.full(self.n, start)
         try:
-            ideal = stream_iteration(self.policy, plan, start, begin, compute, comm_time, self.late)
+            ideal = stream_iteration(self.policy, plan, start, begin, compute[0], comm_time[0], self.late)
         except SimulationError as err:
             raise RunFailure(f"iteration {t}: {err}") from None
         self.expected_free[:] = np.where(ideal.started, self.stamp + (ideal.free - start) * self.scale,
                                          self.expected_free)
-        self.scheme.observe_chunks(t, compute / np.array([plan.chunks(i) for i in range(self.n)], dtype=float))
+        self.scheme.observe_chunks(t, compute[0] / np.array([plan.chunks(i) for i in range(self.n)], dtype=float))
         self._write_record()
         received = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
         end = self.now()
@@ -397,14 +395,6 @@ class Master(Driver):
             self.unwritten = None
 
     # --- the shadow clock -----------------------------------------------------------------------------------
-    def _draw(self, t: int, plan) -> tuple[np.ndarray, np.ndarray]:
-        """Every worker's compute and communication time of iteration ``t`` in model units (the simulator's draw,
-        common random numbers); each worker gets its own in its plan."""
-        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
-        self.draw = compute[0], comm_time[0]
-        self.emulated = compute[0] + comm_time[0]     # each worker's response time this iteration (model units)
-        return self.draw
-
     def _ideal(self, t: int, plan, start: float, free: np.ndarray, compute: np.ndarray,
                comm_time: np.ndarray) -> Arrivals:
         """The simulator's arithmetic for iteration ``t`` (same draws, zero overhead), from where the workers are:
@@ -426,8 +416,7 @@ class Master(Driver):
                              f"([run] grace){self.peers.states([i + 1])}") from None
         slot = self.slot
         message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
-                              self.w, self.capacity, self.stamp, slot, plan.chunked, plan.tau,
-                              float(self.draw[0][i]), float(self.draw[1][i]))
+                              self.w, self.capacity, self.stamp, slot, plan.chunked, plan.tau)
         if self.streaming:
             self.unread.sent(i, t, slot)
         tag = P.data_tag(t)

@@ -4,9 +4,8 @@ Every message on the data path is one contiguous float64 numpy buffer sent with 
 ``Irecv``), never pickled:
 
 - **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), n_parts, n_held, start wall time,
-  model slot, chunked, tau, compute_i, comm_i, parts... (capacity P, padded with -1)]``, followed by the model ``w``
-  (``d`` values) when the slot is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them
-  worker ``i`` computes, ``compute_i`` and ``comm_i`` its emulated times (:data:`PLAN_HEADER`);
+  model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
+  is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
 - **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
   wall time, chunks done, kind, plan receipt wall time, ring number]`` (:data:`RESULT_HEADER`; the receipt time
   is for the records' per-worker times), followed by the message (``L`` values; a complex message travels as its
@@ -51,7 +50,6 @@ import math
 import os
 import sys
 import time
-from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -69,10 +67,9 @@ CTRL_TAG = 32767        # STOP / ACK
 STREAM_TAG = 32766      # every result of a streaming run (the header says which iteration)
 TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 
-PLAN_HEADER = 11        # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
+PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
 #                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
-#                         deadline tau (model units; inf: none), the worker's compute and communication time of this
-#                         plan in model units (the master's draw: one draw per iteration, not one per rank)
+#                         deadline tau (model units; inf: none)
 RESULT_HEADER = 10      # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
 #                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
 #                         ended with no message to send), wall time when the worker took the plan up, ring sequence
@@ -98,32 +95,16 @@ def plan_size(parts_capacity: int, d: int) -> int:
     return PLAN_HEADER + parts_capacity + d
 
 
-class PlanMessage(NamedTuple):
-    """A worker's plan as it arrived (:func:`unpack_plan`)."""
-    t: int
-    load: float
-    batch: int | None
-    n_parts: int
-    parts: tuple[int, ...]
-    w: np.ndarray           # a view into the plan buffer or into the shared slot the plan names (never a copy)
-    stamp: float            # wall time when the master started the iteration
-    slot: int
-    chunked: bool
-    tau: float
-    compute: float          # this worker's emulated compute time (model units), the simulator's draw
-    comm: float             # ... and communication time
-
-
 def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: int, parts, w: np.ndarray,
               capacity: int, stamp: float, slot: int = -1, chunked: bool = False,
-              tau: float = math.inf, compute: float = 0.0, comm: float = 0.0) -> np.ndarray:
+              tau: float = math.inf) -> np.ndarray:
     """Write worker ``i``'s plan into ``buf`` (which no pending request may point at), and the model too unless it
     is in shared-memory slot ``slot``. Returns the part of ``buf`` to send."""
     parts = tuple(parts)
     if len(parts) > capacity:
         raise ValueError(f"plan holds {len(parts)} partitions for one worker, capacity {capacity}")
     buf[:PLAN_HEADER] = (t, load, -1 if batch is None else batch, n_parts, len(parts), stamp, slot, float(chunked),
-                         tau, compute, comm)
+                         tau)
     buf[PLAN_HEADER:PLAN_HEADER + capacity] = -1
     buf[PLAN_HEADER:PLAN_HEADER + len(parts)] = parts
     if slot >= 0:
@@ -132,18 +113,18 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: 
     return buf
 
 
-def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None) -> PlanMessage:
-    """The plan in ``buf``; its model is a view into ``buf`` or into the shared slot that the plan names (never a
-    copy; see :func:`check_model`)."""
-    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau, compute, comm = buf[:PLAN_HEADER].tolist()
+def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
+    """``(t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau)``; ``w`` is a view into ``buf`` or into the
+    shared slot that the plan names (never a copy; see :func:`check_model`)."""
+    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_held)])
     if slot >= 0:
         shared.sync()      # the master's write of the slot happened before its send of this plan
         w = shared.models[int(slot)]
     else:
         w = buf[PLAN_HEADER + capacity:]
-    return PlanMessage(int(t), load, None if batch < 0 else int(batch), int(n_parts), parts, w, stamp, int(slot),
-                       bool(chunked), tau, compute, comm)
+    return (int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp), int(slot),
+            bool(chunked), float(tau))
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:

@@ -15,10 +15,9 @@ Worker ``i`` (rank ``i + 1``) loops:
    ``begin_i = max(start, free_i)``: the time the plan (and the model, if it travels) spent in transit, like the
    real compute, counts toward the emulated time instead of adding to it (the start travels in the plan as
    wall-clock time, exact on one host; on several hosts it needs clocks synchronised by NTP, and a stamp from the
-   future is clipped to the receive time). The times travel in the plan: the master's ``delay.sample(seed, t,
-   n, load)``, the simulator's draw (common random numbers), made once per iteration. Real compute time counts
-   toward it (only the remainder is slept); if the real compute was longer, the message goes out late and the result
-   header's overrun flag says so. An infinite emulated delay
+   future is clipped to the receive time). The same ``delay.sample(seed, t, n, load)`` draw the simulator uses
+   (common random numbers). Real compute time counts toward it (only the remainder is slept); if the real compute
+   was longer, the message goes out late and the result header's overrun flag says so. An infinite emulated delay
    (the ``unresponsive`` model) makes the rank behave as a hung process: it never answers anything again.
 4. **Send** the result (the header, and the message unless it is in shared memory) with a non-blocking buffer
    send, tag ``t mod 32766``, and complete it by polling before the buffer is written again. The message is
@@ -51,9 +50,9 @@ from .peers import MasterLost, Peers, who
 
 
 class Worker:
-    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, workload, capacity: int, peers: Peers,
+    def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, peers: Peers,
                  faults: Faults):
-        self.comm, self.cfg, self.scheme, self.workload = comm, cfg, scheme, workload
+        self.comm, self.cfg, self.scheme, self.delay, self.workload = comm, cfg, scheme, delay, workload
         self.peers, self.faults = peers, faults
         self.i = comm.Get_rank() - 1
         self.n = cfg.workers
@@ -146,14 +145,13 @@ class Worker:
         if self.streaming:
             return self._work_stream(buf)
         received = time.time()
-        plan = P.unpack_plan(buf, self.capacity, self.shared)
-        t, parts = plan.t, plan.parts
-        begin = max(min(plan.stamp, received), self.free)
+        t, load, batch, n_parts, parts, w, stamp, slot, _, _ = P.unpack_plan(buf, self.capacity, self.shared)
+        begin = max(min(stamp, received), self.free)
         self.faults.maybe_crash(t)
-        payload = self._message(plan)
-        P.check_model(self.shared, plan.slot, t)
+        payload = self._message(t, load, batch, n_parts, parts, w)
+        P.check_model(self.shared, slot, t)
         real = time.time() - received
-        target = (plan.compute + plan.comm) * self.cfg.time_scale
+        target = self._emulated(t, load)
         # the real work alone took longer than the emulated time; a target below the runtime's resolution (zero or
         # tiny: the overhead ratio leaves it out too) has nothing to overrun, nor has a delay added on top of the
         # real work (inject = "add")
@@ -184,10 +182,9 @@ class Worker:
         one after this chunk; a queued message goes out ``comm`` after its chunk ended, while the next chunk runs.
         The worker's last result says so (``LAST``, or a ``MARKER`` with no message). False on STOP."""
         received = time.time()
-        m = P.unpack_plan(buf, self.capacity, self.shared)
-        t, load, batch, n_parts, parts, stamp, slot, chunked, tau = (m.t, m.load, m.batch, m.n_parts, m.parts,
-                                                                      m.stamp, m.slot, m.chunked, m.tau)
-        w = np.array(m.w)            # a copy: the model is read now only (see streaming.Unread)
+        t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau = P.unpack_plan(buf, self.capacity,
+                                                                                     self.shared)
+        w = np.array(w)              # a copy: the model is read now only (see streaming.Unread)
         P.check_model(self.shared, slot, t)
         begin = max(min(stamp, received), self.free)
         if self.ring is not None:
@@ -198,7 +195,7 @@ class Worker:
         plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch, tau=tau,
                     chunked=chunked)
         emits = set(self.scheme.emits(self.i, plan))
-        compute, comm = m.compute, m.comm
+        compute, comm = self._draw(t, load)
         if not (math.isfinite(compute) and math.isfinite(comm)):
             _hang(self.peers)
         scale = self.cfg.time_scale
@@ -306,13 +303,22 @@ class Worker:
     def _stop_or_newer(self) -> bool:
         return self._stop_came() or self._newer_plan()
 
-    def _message(self, plan: P.PlanMessage) -> np.ndarray:
-        partials = self.workload.gradients(plan.w, plan.t, plan.parts, plan.n_parts, plan.batch)
+    def _draw(self, t: int, load: float) -> tuple[float, float]:
+        """This worker's compute and communication time of plan ``t`` in model units (the simulator's draw)."""
+        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
+        return float(compute[0, self.i]), float(comm[0, self.i])
+
+    def _message(self, t: int, load: float, batch: int | None, n_parts: int, parts, w) -> np.ndarray:
+        partials = self.workload.gradients(w, t, parts, n_parts, batch)
         # the scheme only reads its own worker's entry of the plan
-        own = tuple(plan.parts if j == self.i else () for j in range(self.n))
-        scheme_plan = Plan(t=plan.t, parts=own, n_parts=plan.n_parts, load=np.full(self.n, plan.load),
-                           batch=plan.batch)
-        return P.as_payload(self.scheme.message(self.i, partials, scheme_plan), self.is_complex)
+        own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
+        plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch)
+        return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
+
+    def _emulated(self, t: int, load: float) -> float:
+        """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
+        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
+        return float(compute[0, self.i] + comm[0, self.i]) * self.cfg.time_scale
 
     def _stop_came(self) -> bool:
         """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""
