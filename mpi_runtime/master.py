@@ -91,13 +91,9 @@ class Master(Driver):
         self.scale = cfg.time_scale
         self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
         d = workload.dim
-        self.length, self.is_complex = P.message_layout(scheme, d)
-        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
         self.late = cfg.late_workers
-        self.streaming = scheme.streams or self.late == "abandon"
-        self.shared = P.open_shared(comm, d, self.length,
-                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
-                                    ring=S.STREAM_RING if self.streaming else 1)
+        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.length, self.is_complex, self.streaming, self.shared = P.open_payloads(comm, cfg, scheme, d, peers)
         self.slots = P.ModelSlots(self.shared)
         # on one node: ring a worker's doorbell after its plan, and wait on ours for results (doorbell.py)
         self.bell = job_doorbell("plans", 0, self.n + 1, peers.local) if self.shared else NO_DOORBELL

@@ -327,6 +327,20 @@ def open_shared(comm: MPI.Comm, d: int, length: int, barrier=None, ring: int = 1
     return SharedMemory(comm, d, length, min(comm.Get_size(), MODEL_SLOTS), barrier, ring)
 
 
+def open_payloads(comm: MPI.Comm, cfg, scheme, d: int, peers) -> tuple[int, bool, bool, SharedMemory | None]:
+    """What the master and every worker set up alike, collectively (every rank calls this at the same point):
+    ``(message length, complex?, streaming?, shared memory or None)``. A run streams (several results per plan) if
+    the scheme does or late workers abandon; the payloads go into node-local shared memory if possible
+    (:func:`open_shared`; a streaming run gives each worker a ring of segments, ``streaming.py``)."""
+    from .streaming import STREAM_RING
+
+    length, is_complex = message_layout(scheme, d)
+    streaming = scheme.streams or cfg.late_workers == "abandon"
+    shared = open_shared(comm, d, length, lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
+                         ring=STREAM_RING if streaming else 1)
+    return length, is_complex, streaming, shared
+
+
 def one_node(comm: MPI.Comm) -> bool:
     """May the ranks of ``comm`` share memory: all on one node, and ``GRADCODE_MPI_SHARED`` is not ``0``?
     Collective (``Split_type``); every rank comes to the same answer."""

@@ -58,13 +58,9 @@ class Worker:
         self.n = cfg.workers
         self.capacity = capacity
         d = workload.dim
-        self.length, self.is_complex = P.message_layout(scheme, d)
-        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
         self.late = cfg.late_workers
-        self.streaming = scheme.streams or self.late == "abandon"
-        self.shared = P.open_shared(comm, d, self.length,
-                                    lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
-                                    ring=S.STREAM_RING if self.streaming else 1)
+        # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
+        self.length, self.is_complex, self.streaming, self.shared = P.open_payloads(comm, cfg, scheme, d, peers)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
         # written once here, so that the page faults of first use do not land in iteration 0
         self.plans = [np.full(P.plan_size(capacity, d), 0.0), np.full(P.plan_size(capacity, d), 0.0)]
