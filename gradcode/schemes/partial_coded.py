@@ -314,8 +314,9 @@ class PartialCoded(Scheme):
         a = np.zeros(len(messages))      # one weighted sum over the messages: a single pass, no copies
         a[list(first.values())] = 1.0
         workers = sorted(second)
-        dec = self.code.decoding(workers, "auto") if workers else None
+        dec = None
         if workers:
+            dec = self.code.decoding(workers, "auto")
             a[[second[i] for i in workers]] = dec.weights[workers]
         missing = self.n - len(first)   # own chunks of workers whose first message never came
         residual = math.sqrt(((dec.residual ** 2 * self.n) if dec else self.n) / plan.n_parts
