@@ -17,9 +17,10 @@ Iteration ``t``:
    deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
    values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
-   flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a scaled sum
-   (``scheme.sums_messages``: the averaging schemes) has its messages added up as they arrive, during the wait,
-   and ``scheme.combine_sum`` finishes the estimate.
+   flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a weighted
+   sum with weights fixed on arrival (``scheme.sums_on_arrival``: the averaging schemes, partial_coded's streamed
+   chunks) has its messages added up as they arrive, during the wait, and ``scheme.combine_weighted`` finishes the
+   estimate.
 
 **Times.** ``start``/``end`` in the records are wall-clock seconds since the run start (after a barrier of all
 ranks) divided by ``time_scale``, i.e. in model time units, comparable with the simulator. ``start`` is when the
@@ -108,8 +109,8 @@ class Master(Driver):
         inline = self.length if (self.streaming or not self.shared) else 0
         self.recv_bufs = [np.full(P.RESULT_HEADER + inline, 0.0) for _ in range(self.n)]
         self.payloads = ([buf[P.RESULT_HEADER:] for buf in self.recv_bufs] if inline else self.shared.messages)
-        # running sum of the messages (streaming too, when each message is a worker's whole answer)
-        self.total = np.zeros(self.length) if scheme.sums_messages and not scheme.streams else None
+        # running (weighted) sum of the messages, added up as they arrive (scheme.sums_on_arrival)
+        self.total = np.zeros(self.length) if scheme.sums_on_arrival else None
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
         self.busy = np.full(self.n, -1)          # iteration of the plan a worker holds; -1: idle
@@ -268,7 +269,7 @@ class Master(Driver):
         measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
                           ideal.done, ideal.free, ideal.sent)
         if self.total is not None:     # summed as they arrived (_keep)
-            combined = self.scheme.combine_sum(self.total, len(received), plan)
+            combined = self.scheme.combine_weighted(self.total, received, plan)
         else:
             combined = self.scheme.combine_stream(P.from_payload(self.inbox[:len(received)], self.is_complex),
                                                   received, plan)
@@ -305,7 +306,7 @@ class Master(Driver):
                 payload = self._payload(i, hdr)
                 erased = use and not _finite(payload)
                 if use and not erased:
-                    self._keep(payload, len(received))
+                    self._keep(payload, received + [(i, c)], plan)
                 self._release(i, hdr)
                 self._post(i)          # the buffer is read: the worker's next result may come in
                 if kind != P.MESSAGE and self.busy[i] == t_msg:
@@ -360,15 +361,20 @@ class Master(Driver):
             raise RunFailure(f"worker {i} (rank {i + 1}) announced ring message {seq}, expected {self.read[i]}")
         return P.from_payload(self.shared.rings[i][seq % S.STREAM_RING], self.is_complex)
 
-    def _keep(self, payload: np.ndarray, row: int) -> None:
-        """A used message: added to the running sum (averaging schemes, as on the one-message path: after the stop
-        only the last is left to add), else copied into ``inbox[row]`` for ``combine_stream``."""
+    def _keep(self, payload: np.ndarray, received: list, plan) -> None:
+        """A used message, the last of ``received``: added to the running sum with its weight (a scheme that sums on
+        arrival, ``scheme.arrival_weight``: after the stop only the deciding message is left to add, and a message
+        of weight 0 is not even read), else copied into the next row of ``inbox`` for ``combine_stream``."""
         values = P.as_payload(payload, self.is_complex)     # float64, as it travelled
+        row = len(received) - 1
         if self.total is not None:
+            a = self.scheme.arrival_weight(received, plan)
             if row == 0:
-                np.copyto(self.total, values)
-            else:
+                np.multiply(values, a, out=self.total)
+            elif a == 1.0:
                 self.total += values
+            elif a:
+                self.total += a * values
             return
         if row >= len(self.inbox):
             grown = np.zeros((max(2 * len(self.inbox), self.n), self.length))

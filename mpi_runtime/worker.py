@@ -171,11 +171,12 @@ class Worker:
 
     # --- one plan, chunk by chunk (a streaming scheme, or late_workers = "abandon") ------------------------------
     def _work_stream(self, buf: np.ndarray) -> bool:
-        """Chunk by chunk: compute chunk ``j``'s real gradient, wait until its emulated end ``begin + compute (j +
-        1) / L`` (the simulator's :class:`gradcode.cluster.Stream`), then - between chunks - answer a STOP, drop the
-        rest if a newer plan has come (``abandon``; an unchunked plan is interruptible throughout, as the
-        simulator's ``abandon``), stop at the local deadline ``tau``, and queue the scheme's message if it wants
-        one after this chunk; a queued message goes out ``comm`` after its chunk ended, while the next chunk runs.
+        """Chunk by chunk: compute chunk ``j``'s real gradient, build and queue the scheme's message if it wants one
+        after this chunk, wait until the chunk's emulated end ``begin + compute (j + 1) / L`` (the simulator's
+        :class:`gradcode.cluster.Stream`), then - between chunks - answer a STOP, drop the rest if a newer plan has
+        come (``abandon``; an unchunked plan is interruptible throughout, as the simulator's ``abandon``) and stop
+        at the local deadline ``tau``. A queued message goes out ``comm`` after its chunk ended: before the next
+        chunk's real compute if that leaves the compute time to end by the chunk's emulated end, else after it.
         The worker's last result says so (``LAST``, or a ``MARKER`` with no message). False on STOP."""
         received = time.time()
         t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau = P.unpack_plan(buf, self.capacity,
@@ -199,11 +200,10 @@ class Worker:
         self.receipt, self.real, self.target = received, 0.0, (compute + comm) * scale   # for the result headers
         self.overrun = False
         partials: list[np.ndarray] = []
-        queue: list[tuple[float, int, np.ndarray | None]] = []    # (send time, chunks done, message)
+        queue: list[tuple] = []    # (send time, chunks done, message: ring number, copy or None, last of the plan?)
         done = 0
+        ended = False      # the plan's last message (or marker) is queued
         for j in range(L):
-            if j > 0 and (ends[j - 1] - begin) / scale >= tau:
-                break        # the local deadline: no further chunk
             chunk = [parts[j]] if chunked else list(parts)
             tick = time.time()
             partials.extend(self.workload.gradients(w, t, chunk, n_parts, batch))
@@ -211,26 +211,35 @@ class Worker:
             self.real += spent
             if self.add:     # this chunk's emulated time after its real compute: every later end moves too
                 ends[j:] = [e + spent for e in ends[j:]]
+            more = j + 1 < L and (ends[j] - begin) / scale < tau     # another chunk follows (not past the deadline)
+            if j + 1 in emits:    # built now, before the chunk's emulated end: it leaves when due, not after its making
+                stacked = np.stack(partials)
+                msg = (self.scheme.chunk_message(self.i, j + 1, stacked, plan) if chunked
+                       else self.scheme.message(self.i, stacked, plan))
+                ended = not more
+                queue.append((ends[j] + comm * scale, j + 1, self._stage(t, P.as_payload(msg, self.is_complex)),
+                              ended))
             # the real work alone outlasted the chunk's emulated end (a chunk below the runtime's resolution has
             # nothing to overrun, nor has a delay added after the real work), as in _work
-            elif ends[j] - (ends[j - 1] if j else begin) >= P.RESOLUTION and time.time() > ends[j]:
+            if not self.add and ends[j] - (ends[j - 1] if j else begin) >= P.RESOLUTION and time.time() > ends[j]:
                 self.overrun = True
             state = self._until(ends[j], queue, t, interruptible=not chunked)
             if state != "on":
                 return state != "stop"
             done = j + 1
-            if done in emits:
-                stacked = np.stack(partials)
-                msg = (self.scheme.chunk_message(self.i, done, stacked, plan) if chunked
-                       else self.scheme.message(self.i, stacked, plan))
-                queue.append((ends[j] + comm * scale, done, self._stage(t, P.as_payload(msg, self.is_complex))))
-            if self.late == "abandon" and j + 1 < L and self._newer_plan():
+            if not more:
+                break
+            if self.late == "abandon" and self._newer_plan():
                 self.free = ends[j]   # free from this chunk boundary (its emulated end), the simulator's free_i
                 return True   # drop the rest (and the messages not yet out): the newer plan is waiting
-        if not queue or queue[-1][1] != done:      # the plan ended with no message due: say so
-            queue.append((ends[done - 1] + comm * scale if done else begin, done, None))
-        last = queue[-1]
-        queue[-1] = (last[0], last[1], last[2], True)
+            # a message due before the next chunk's real work would be done goes out first, on time: behind that work
+            # it would leave late by the whole real compute of a chunk (the next chunk still ends at ends[j + 1])
+            if queue and queue[0][0] + spent <= ends[j + 1]:
+                state = self._until(queue[0][0], queue, t, interruptible=False)
+                if state != "on":
+                    return state != "stop"
+        if not ended:      # the plan ended with no message due: say so
+            queue.append((ends[done - 1] + comm * scale if done else begin, done, None, True))
         # abandoned now: in the model the worker was free when its last chunk ended (unchunked: when the newer plan
         # was issued, as in the compute phase)
         state = self._until(math.inf, queue, t, interruptible=self.late == "abandon",
@@ -270,8 +279,7 @@ class Worker:
                 return "on"
 
     def _send_stream(self, t: int, item) -> None:
-        send_at, c, msg = item[:3]
-        last = len(item) > 3
+        send_at, c, msg, last = item
         kind = (P.LAST if last else P.MESSAGE) if msg is not None else P.MARKER
         out = self.result
         seq = -1

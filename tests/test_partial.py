@@ -195,6 +195,42 @@ def test_stream_with_duplicates_and_any_arrival_order_decodes_exactly(group):
         np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["exact", "approximate"])
+def test_summing_on_arrival_equals_the_decode_of_every_message(mode):
+    """The MPI master adds streamed chunks up as they arrive (``arrival_weight``, fixed when a message comes in) and
+    finishes with ``combine_weighted``: the same estimate, residual and method as ``combine_stream`` over all of
+    them, for any arrival order, duplicates, and prefixes that miss chunks."""
+    n, s = 6, 2
+    sch = make_scheme("partial_coded", n=n, s=s, order="natural", mode=mode)
+    assert sch.sums_on_arrival
+    plan = sch.plan(0)
+    G = _partials(n)
+    every = [(i, c) for i in range(n) for c in sch.emits(i, plan)]
+    rng = np.random.default_rng(7)
+    for k in (1, 3, 8, len(every)):
+        received = [every[j] for j in rng.permutation(len(every))][:k]
+        received += received[:2]                                     # delivered twice
+        messages = _messages(sch, plan, received, G)
+        total = np.zeros(G.shape[1])
+        for m in range(len(received)):
+            total += sch.arrival_weight(received[:m + 1], plan) * messages[m]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DecodeFallbackWarning)
+            want = sch.combine_stream(messages, received, plan)
+            got = sch.combine_weighted(total, received, plan)
+        np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-14)
+        assert (got.residual, got.method) == (want.residual, want.method)
+        assert got.gradient is not total            # the master reuses its sum next iteration
+
+
+def test_only_whole_chunk_messages_sum_on_arrival():
+    """Tandon's second messages, groups of chunks and split messages are weighted by the whole received set."""
+    assert make_scheme("fastest_k", n=4, k=3).sums_on_arrival               # averaging: one message per worker
+    assert not make_scheme("coded", n=4, code="cyclic_repetition", s=1).sums_on_arrival
+    for params in ({"protocol": "tandon"}, {"group": 2}, {"l": 2}):
+        assert not make_scheme("partial_coded", n=4, s=1, **params).sums_on_arrival
+
+
 def test_stream_stop_index_is_the_first_prefix_that_covers():
     sch = make_scheme("partial_coded", n=4, s=1, order="natural")
     plan = sch.plan(0)

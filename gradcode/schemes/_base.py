@@ -288,6 +288,24 @@ class Scheme:
         worker) :meth:`combine` of their workers."""
         return self.combine(messages, [i for i, _ in received], plan)
 
+    # --- adding the messages up as they arrive (the MPI master keeps the sum off the critical path) ---------------
+    @property
+    def sums_on_arrival(self) -> bool:
+        """True if the streamed estimate is ``combine_weighted(sum_k a_k m_k, received, plan)`` where each weight
+        ``a_k`` is fixed when message ``k`` arrives (:meth:`arrival_weight`; no later message changes it), so that a
+        cluster may add the messages up while it waits instead of keeping them all. By default an averaging
+        scheme's messages (``sums_messages``), one per worker."""
+        return self.sums_messages and not self.streams
+
+    def arrival_weight(self, received, plan: Plan) -> float:
+        """The weight of the last of the messages ``received`` (in arrival order) in the sum; 1 by default."""
+        return 1.0
+
+    def combine_weighted(self, total: np.ndarray, received, plan: Plan) -> Combined:
+        """The estimate from ``total``, the sum of the ``received`` messages weighted by :meth:`arrival_weight`; by
+        default :meth:`combine_sum` of their plain sum."""
+        return self.combine_sum(total, len(received), plan)
+
     def observe_chunks(self, t: int, chunk_time: np.ndarray) -> None:
         """Learn from iteration ``t``'s seconds per chunk of every worker (``nan`` where unknown); streaming schemes
         that plan by worker speed use it (a cluster calls it whether or not there is a workload)."""

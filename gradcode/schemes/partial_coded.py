@@ -274,6 +274,18 @@ class PartialCoded(Scheme):
         a = np.linalg.lstsq(V.T, np.ones(plan.n_parts), rcond=None)[0]
         return a, float(np.linalg.norm(V.T @ a - 1.0) / math.sqrt(plan.n_parts))
 
+    @property
+    def sums_on_arrival(self) -> bool:
+        # whole chunks, one per message: a message's weight is 1 if it brings a chunk not in yet, else 0, and stays so
+        return self.protocol == "stream" and self.group == 1 and self.l == 1
+
+    def arrival_weight(self, received, plan: Plan) -> float:
+        return float(self._weights(received, plan)[0][-1])
+
+    def combine_weighted(self, total: np.ndarray, received, plan: Plan) -> Combined:
+        residual = self._weights(received, plan)[1]
+        return Combined(total.copy(), residual=residual, method=self._method(residual, received))
+
     def combine_stream(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         messages = np.asarray(messages, dtype=float)
         if messages.shape[0] != len(received):
