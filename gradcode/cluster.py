@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,9 +296,11 @@ def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[n
 # --- records --------------------------------------------------------------------------------------------------
 def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end: float, responders, load,
                  messages: int, computed: float, wasted: float, combined: Combined | None, loss: float | None,
-                 grad_error: float | None, measured: dict[str, Any], as_lists: bool = True) -> dict[str, Any]:
+                 grad_error: float | None, measured: dict[str, Any], state: dict[str, Any] | None = None,
+                 metrics: dict[str, Any] | None = None, as_lists: bool = True) -> dict[str, Any]:
     """The one record of iteration ``t`` (``docs/design.md#records``): times, responders, loads, work, decoding,
-    what the cluster ``measured`` besides, the scheme's state, loss and gradient error.
+    what the cluster ``measured`` besides, the scheme's state (``state``, taken when the iteration ended; by default
+    ``scheme.record()`` now), loss and gradient error, and the held-out ``metrics``.
 
     Timing-only records keep ``responders`` (and a non-uniform ``load``) as numpy arrays (``as_lists=False``,
     written out as lists): at ``n = 10,000`` Python lists would cost more than the simulation itself. ``load`` is
@@ -319,10 +322,20 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
         "method": None if combined is None else combined.method,
     }
     rec.update(measured)
-    rec.update(scheme.record())
+    rec.update(scheme.record() if state is None else state)
     rec["loss"] = loss
     rec["grad_error"] = grad_error
+    rec.update(metrics or {})
     return rec
+
+
+def complete_record(head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> None:
+    """Make ``head`` (returned early by :meth:`Driver.record_later`, perhaps with fields added since) the whole record
+    in place: ``fill()``'s fields in their order, then the ones only ``head`` has."""
+    rec = fill()
+    rec.update(head)
+    head.clear()
+    head.update(rec)
 
 
 def work_fields(computed: np.ndarray | None, used: np.ndarray, sent: np.ndarray | None,
@@ -637,20 +650,22 @@ class Driver:
             self.scheme.adapt(t, combined, elapsed=end - start)
         if not self.recording:
             return None
-        load = np.broadcast_to(np.asarray(plan.load, dtype=float), (self.n,))
-        used_w = np.zeros(self.n)
-        used_w[np.asarray(responders, dtype=int)] = load[np.asarray(responders, dtype=int)]
-        if worker_computed is not None:
-            computed = float(np.sum(worker_computed))
-        if self.w is not None:   # per worker only where n is small enough to list (a training run)
-            measured.update(work_fields(worker_computed, used_w, None, self.scheme.message_size(self.w.size)))
-        used = float(used_w.sum())
-        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
-                           messages=messages, computed=computed, wasted=computed - used, combined=combined,
-                           loss=loss, grad_error=grad_error, measured={"used": used, **measured},
-                           as_lists=self.w is not None)
-        rec.update(metrics)
-        return rec
+        state = self.scheme.record()
+
+        def fill() -> dict[str, Any]:
+            load = np.broadcast_to(np.asarray(plan.load, dtype=float), (self.n,))
+            used_w = np.zeros(self.n)
+            used_w[np.asarray(responders, dtype=int)] = load[np.asarray(responders, dtype=int)]
+            total = computed if worker_computed is None else float(np.sum(worker_computed))
+            if self.w is not None:   # per worker only where n is small enough to list (a training run)
+                measured.update(work_fields(worker_computed, used_w, None, self.scheme.message_size(self.w.size)))
+            used = float(used_w.sum())
+            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
+                                load=plan.load, messages=messages, computed=total, wasted=total - used,
+                                combined=combined, loss=loss, grad_error=grad_error,
+                                measured={"used": used, **measured}, state=state, metrics=metrics,
+                                as_lists=self.w is not None)
+        return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
     def conclude_stream(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, stream: Stream,
                         combined: Combined | None, truth: np.ndarray | None = None, **measured):
@@ -661,20 +676,29 @@ class Driver:
             self.scheme.adapt(t, combined, elapsed=end - start)
         if not self.recording:
             return None
-        computed_w, used_w = stream.computed(plan), stream.used(self.scheme, plan)
-        d = self.w.size if self.w is not None else 1
-        fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(d))
-        if self.w is None:   # timing only: totals alone (n may be large; no model size, so no floats)
-            fields = {}
-        responders = list(dict.fromkeys(i for i, _ in stream.received))
-        computed, used = float(computed_w.sum()), float(used_w.sum())
-        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders, load=plan.load,
-                           messages=int(stream.sent.sum()), computed=computed, wasted=computed - used,
-                           combined=combined, loss=loss, grad_error=grad_error,
-                           measured={"used": used, "received": [list(m) for m in stream.received], **fields,
-                                     **measured}, as_lists=self.w is not None)
-        rec.update(metrics)
-        return rec
+        state = self.scheme.record()
+
+        def fill() -> dict[str, Any]:
+            computed_w, used_w = stream.computed(plan), stream.used(self.scheme, plan)
+            d = self.w.size if self.w is not None else 1
+            fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(d))
+            if self.w is None:   # timing only: totals alone (n may be large; no model size, so no floats)
+                fields = {}
+            responders = list(dict.fromkeys(i for i, _ in stream.received))
+            computed, used = float(computed_w.sum()), float(used_w.sum())
+            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
+                                load=plan.load, messages=int(stream.sent.sum()), computed=computed,
+                                wasted=computed - used, combined=combined, loss=loss, grad_error=grad_error,
+                                measured={"used": used, "received": [list(m) for m in stream.received], **fields,
+                                          **measured}, state=state, metrics=metrics, as_lists=self.w is not None)
+        return self.record_later({"end": end, "loss": loss, **metrics}, fill)
+
+    def record_later(self, head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The record of a master iteration: ``fill()``. ``head`` holds what the loop needs at once (:meth:`finished`:
+        ``end``, ``loss``, the held-out metrics); a cluster whose next iteration waits for this (the MPI master, whose
+        next plans go out after it) may return ``head`` now and make it whole later with
+        :func:`complete_record`. By default the whole record at once."""
+        return fill()
 
     def conclude_all_reduce(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float,
                             schedule: Schedule, micro: np.ndarray, combined: Combined | None,
@@ -688,13 +712,11 @@ class Driver:
         units = schedule.units(plan.load)
         if self.w is not None:
             measured.update(work_fields(units, units, None, 0))
-        rec = build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
-                           load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
-                           loss=loss, grad_error=grad_error,
-                           measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
-                           as_lists=self.w is not None)
-        rec.update(metrics)
-        return rec
+        return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.arange(self.n),
+                            load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
+                            loss=loss, grad_error=grad_error,
+                            measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
+                            metrics=metrics, as_lists=self.w is not None)
 
     def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):
         """The optimizer's step ``w -= lr * s`` (:mod:`gradcode.optim`; ``s = g`` for plain gradient descent);

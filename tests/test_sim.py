@@ -380,3 +380,36 @@ def test_stop_policy_virtual_and_wall_clock_forms_agree():
     arrive = np.array([1.0, 2.0, 0.5, 3.0, 1.4, 9.0])
     assert StopPolicy(approx).count(np.argsort(arrive), arrive, 0.0, approx.plan(0)) == 3
     assert StopPolicy.out_of_time([2], 1.5, approx.plan(0)) and not StopPolicy.out_of_time([], 9.0, approx.plan(0))
+
+
+@pytest.mark.parametrize("scheme,params", [("fastest_k", {"k": 4}), ("coded", {"code": "cyclic_repetition", "s": 1}),
+                                           ("partial_coded", {"s": 1})])
+def test_a_record_completed_later_is_the_record(workload, scheme, params):
+    """The MPI master returns only a record's head (what the loop needs to decide whether to stop) and completes it
+    once its next plans are out (``Driver.record_later``, ``complete_record``): the same records, in the same key
+    order, as built at once, with fields the cluster added to the head in between kept last."""
+    from gradcode.cluster import complete_record
+    from gradcode.delays import make_delay as delay_of
+    from gradcode.sim import SimulatedCluster
+
+    class Deferring(SimulatedCluster):
+        pending = None
+
+        def record_later(self, head, fill):
+            assert self.pending is None        # completed before the next one, as the master does
+            self.pending = (head, fill)
+            return head
+
+        def emit(self, rec):
+            rec["master_us"] = 1.0              # added to the head, as the master does
+            complete_record(*self.pending)
+            self.pending = None
+
+    def records(cls):
+        cluster = cls(make_scheme(scheme, n=6, **params), delay_of("exponential"), workload, seed=4,
+                      late_workers="finish", iterations=4, loss_every=2)
+        return cluster.run()
+
+    now, later = records(SimulatedCluster), records(Deferring)
+    assert [list(r) for r in later] == [[*r, "master_us"] for r in now]
+    assert [{k: v for k, v in r.items() if k != "master_us"} for r in later] == now
