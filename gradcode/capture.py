@@ -39,10 +39,10 @@ step (``offset = 0``: iteration ``t`` reads step ``t``; ``normalize = false``: t
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from .errors import ConfigError
+from .outdir import write_whole
 from .report import read_records
 
 FIELDS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
@@ -128,7 +128,5 @@ def export_trace(run_dir: str | Path, out: str | Path, run: str | None = None) -
         raise ConfigError(f"{str(folder)!r}: some worker sent at the moment it got the plan (time 0 on the plan); "
                           "a trace needs compute_s > 0")
     lines = [HEADER] + [f"{t},{i},0,0,{c!r},{m!r}" for t, i, c, m in rows]
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, out)     # never a half-written trace under the final name
+    write_whole(out, "\n".join(lines) + "\n")     # never a half-written trace under the final name
     return out, len(rows), skipped

@@ -51,7 +51,7 @@ import tomli_w
 from .children import run_child
 from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
-from .outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder
+from .outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder, write_whole
 from .registry import pythonpath
 from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
 
@@ -299,7 +299,7 @@ def execute(run: RunPlan, runs_dir: Path) -> bool:
         (folder / "spec.toml").write_text(tomli_w.dumps(run.spec))
         (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
         count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder, lock)
-        (folder / COMPLETE).write_text(json.dumps({"fingerprint": run.digest(), "records": count}) + "\n")
+        write_whole(folder / COMPLETE, json.dumps({"fingerprint": run.digest(), "records": count}) + "\n")
     return True
 
 

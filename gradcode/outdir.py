@@ -124,6 +124,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that it is there whole or not at all: into ``PATH.tmp``, then renamed (atomic on
+    one file system). For the markers that say a piece of work is done: a process killed while writing one must not
+    leave a truncated marker, which a resume would read as "not done" after another process had seen it there."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def remove_results(folder: Path, names) -> None:
     """Delete the files or folders ``names`` of ``folder`` that exist (a results folder being replaced)."""
     for name in names:

@@ -52,7 +52,7 @@ from typing import Any
 
 from .errors import ConfigError, GradcodeError
 from .fingerprint import fingerprint
-from .outdir import FolderLock, remove_folders, remove_results, writable_folder
+from .outdir import FolderLock, remove_folders, remove_results, writable_folder, write_whole
 from .regimes import COMPUTATION, METRICS, REGIME_MAP
 from .report_html import write_html
 
@@ -82,7 +82,7 @@ def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     failures = [n for n in notes if n.startswith("run failed")]
     if not failures:
         marker = {"fingerprint": task["fingerprint"], "wall_seconds": wall}
-        (folder / CELL_DONE).write_text(json.dumps(marker) + "\n")
+        write_whole(folder / CELL_DONE, json.dumps(marker) + "\n")
     return {"index": task["index"], "wall_seconds": wall, "failures": failures}
 
 

@@ -468,3 +468,24 @@ def test_ctrl_c_while_the_libraries_load_is_one_line_exit_130():
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == 130, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and proc.stderr.strip() == "gradcode list: interrupted"
+
+
+def test_a_done_marker_is_whole_or_absent(tmp_path, monkeypatch):
+    """Completion markers are written whole or not at all (``outdir.write_whole``): a writer killed mid-write must
+    not leave a truncated marker (the sweep's resume once redid a cell whose marker another process had seen)."""
+    from gradcode import outdir
+
+    marker = tmp_path / "CELL_COMPLETE"
+    outdir.write_whole(marker, '{"fingerprint": "a"}\n')
+    assert marker.read_text() == '{"fingerprint": "a"}\n' and not list(tmp_path.glob("*.tmp"))
+
+    def killed(src, dst):          # the process dies after writing the text, before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outdir.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        outdir.write_whole(marker, '{"fingerprint": "b"}\n')
+    with pytest.raises(KeyboardInterrupt):
+        outdir.write_whole(tmp_path / "COMPLETE", "{}\n")
+    assert marker.read_text() == '{"fingerprint": "a"}\n'     # the old marker, whole
+    assert not (tmp_path / "COMPLETE").exists()                 # no marker, not an empty one
