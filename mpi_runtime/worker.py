@@ -321,8 +321,8 @@ class Worker:
 
     def _emulated(self, t: int, load: float) -> float:
         """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
-        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
-        return float(compute[0, self.i] + comm[0, self.i]) * self.cfg.time_scale
+        compute, comm = self._draw(t, load)
+        return (compute + comm) * self.cfg.time_scale
 
     def _stop_came(self) -> bool:
         """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""
