@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gradcode.sweep_run import WALL, sweep
+from gradcode.study.sweep_run import WALL, sweep
 
 SPEC = {
     "experiment": {"name": "bench_sweep"},

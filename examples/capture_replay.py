@@ -37,7 +37,7 @@ import tomli_w  # noqa: E402
 from _common import table, write_report  # noqa: E402
 
 from gradcode import make_scheme, simulate  # noqa: E402
-from gradcode.capture import export_trace  # noqa: E402
+from gradcode.study.capture import export_trace  # noqa: E402
 
 NAME = "capture_replay"
 N_WORKERS = 8

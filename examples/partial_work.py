@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcode import make_delay, make_scheme
-from gradcode.sim import simulate
+from gradcode.clusters.sim import simulate
 from gradcode.spec import build, load_spec
 
 DEFAULT = Path(__file__).resolve().parent / "default.toml"

@@ -10,7 +10,8 @@ code is built.
 
 The four public base classes, :class:`Code`, :class:`Scheme`, :class:`DelayModel` and :class:`Workload`, are what a
 user subclasses to add a part without editing the package: a spec names the subclass by import path
-(``name = "mymodule:MyWorkload"``) or an installed plugin declares it as an entry point (:mod:`gradcode.registry`);
+(``name = "mymodule:MyWorkload"``) or an installed plugin declares it as an entry point
+(:mod:`gradcode.plumbing.registry`);
 :func:`describe` shows the parameters of any of them.
 """
 
@@ -19,8 +20,11 @@ from __future__ import annotations
 import importlib
 
 from .errors import ConfigError, DecodeFallbackWarning, GradcodeError, IllConditionedError, NotDecodableError
+from .plumbing import VERSION, moved
 
-__version__ = "0.1.0"
+moved.install()   # the modules that moved to the layer packages keep their old names (with a DeprecationWarning)
+
+__version__ = VERSION
 
 # The public surface is imported on first use (PEP 562), which keeps `import gradcode` fast (a few ms, not the
 # seconds of numpy and scipy): the `gradcode` command then catches a Ctrl-C during its imports (cli.main) and
@@ -30,8 +34,8 @@ _LAZY = {
     "DelayModel": "delays", "list_delays": "delays", "make_delay": "delays",
     "Scheme": "schemes", "list_schemes": "schemes", "make_scheme": "schemes",
     "Workload": "workloads", "list_workloads": "workloads", "make_workload": "workloads",
-    "describe": "registry",
-    "SimResult": "sim", "SimulationError": "sim", "simulate": "sim",
+    "describe": "plumbing.registry",
+    "SimResult": "clusters.sim", "SimulationError": "clusters.sim", "simulate": "clusters.sim",
 }
 
 

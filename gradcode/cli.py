@@ -81,7 +81,7 @@ def _run_overrides(parser: argparse.ArgumentParser) -> None:
 
 
 def _kinds() -> dict:
-    from .registry import KINDS
+    from .plumbing.registry import KINDS
 
     return KINDS
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args) -> int:
-    from .demo import main as demo
+    from .study.demo import main as demo
 
     demo()
     return 0
@@ -133,17 +133,17 @@ def _param(p) -> str:
 
 
 def _describe(args) -> int:
-    from .registry import describe
+    from .plumbing.registry import describe
 
     print("\n\n".join(d.text() for d in describe(args.name, args.kind)))
     return 0
 
 
 def _simulate(args) -> int:
-    from .cluster import RecordWriter, write_summary
+    from .clusters.records import RecordWriter, write_summary
+    from .clusters.sim import check_simulable, simulate
     from .errors import ConfigError
-    from .outdir import FolderLock, writable_folder
-    from .sim import check_simulable, simulate
+    from .plumbing.outdir import FolderLock, writable_folder
     from .spec import build, load_spec, run_kwargs, training_kwargs
 
     spec = load_spec(args.spec)
@@ -193,19 +193,19 @@ def _print_summary(summary: dict) -> None:
 
 
 def _compare(args) -> int:
-    from .harness import compare_main
+    from .study.harness import compare_main
 
     return compare_main(args)
 
 
 def _sweep(args) -> int:
-    from .sweep_run import sweep_main
+    from .study.sweep_run import sweep_main
 
     return sweep_main(args)
 
 
 def _trace(args) -> int:
-    from .capture import export_trace
+    from .study.capture import export_trace
 
     out, rows, skipped = export_trace(args.run_dir, args.out, args.run)
     print(f"wrote {out}: {rows} rows (iteration x worker)"
@@ -215,7 +215,7 @@ def _trace(args) -> int:
 
 
 def _report(args) -> int:
-    from .report import report_main
+    from .output.report import report_main
 
     return report_main(args)
 

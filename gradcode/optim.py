@@ -1,6 +1,6 @@
 """The optimizer step both clusters take with the combined gradient ``g`` (``[run] optimizer``, ``momentum``).
 
-The driver (:class:`gradcode.cluster.Driver`) keeps the optimizer's state, so the simulated and the MPI cluster
+The driver (:class:`gradcode.clusters.driver.Driver`) keeps the optimizer's state, so the simulated and the MPI cluster
 (whose master and All-Reduce ranks run the same driver) take the same steps. With step size ``eta`` and momentum
 ``mu`` (``v_0 = 0``):
 

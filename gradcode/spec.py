@@ -107,7 +107,7 @@ def load_spec_built(source: str | Path | dict, overrides: dict[str, Any] | None 
     """:func:`load_spec`, and the workload that checking the spec built (None without ``[workload]``): a caller that
     runs the spec once passes it to :func:`build` instead of building it again (an MPI rank: a large workload
     takes seconds). It is fresh: checking reads it but does not use it."""
-    from .registry import add_user_dirs
+    from .plumbing.registry import add_user_dirs
 
     if isinstance(source, dict):
         raw = drop_none(source)
@@ -207,8 +207,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
     if "scheme" in raw:
         schemes = [dict(_table(raw, "scheme"))]
     elif "schemes" in raw:
-        if not isinstance(raw["schemes"], list) or not raw["schemes"]:
-            raise ConfigError("[[schemes]] must be a non-empty array of tables")
+        if (not isinstance(raw["schemes"], list) or not raw["schemes"]
+                or not all(isinstance(s, dict) for s in raw["schemes"])):
+            raise ConfigError("[[schemes]] must be a non-empty array of tables, each with name = a scheme; got "
+                              f"{raw['schemes']!r}")
         schemes = [dict(s) for s in raw["schemes"]]
     else:
         raise ConfigError("spec: no scheme; add a [scheme] table (or [[schemes]]) with name = one of "
@@ -327,7 +329,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
     picks one of several ``[[delays]]`` (default the first, ``spec.delay``). ``workload``: one already built from
     ``spec.workload`` and not used yet (:func:`load_spec_built`), returned instead of a new one."""
     from .delays import make_delay
-    from .registry import SCHEMES
+    from .plumbing.registry import SCHEMES
     from .schemes import make_scheme
     from .workloads import make_workload
 
@@ -360,14 +362,14 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
 def _takes_run_batch(cls) -> bool:
     """Does the scheme take ``[run] batch``? Every ``batch`` parameter is the mini-batch size per partition (a scheme
     without one ignores it; adaptive_k_load's largest per-worker batch is ``max_batch``)."""
-    from ._params import accepted_params
+    from .plumbing.params import accepted_params
 
     return "batch" in accepted_params(cls)
 
 
 def training_kwargs(spec: Spec) -> dict[str, Any]:
     """The [run] keys of the optimizer and of the held-out evaluation that a spec sets (:data:`TRAINING_KEYS`):
-    keyword arguments of :class:`gradcode.cluster.Driver`, which both clusters run."""
+    keyword arguments of :class:`gradcode.clusters.driver.Driver`, which both clusters run."""
     return {k: spec.run[k] for k in TRAINING_KEYS if k in spec.run}
 
 

@@ -1,6 +1,6 @@
 """mpi_runtime: the MPI cluster of gradcode.
 
-The same scheme objects as the simulated cluster (``gradcode.sim``), driven over real MPI messages instead of a
+The same scheme objects as the simulated cluster (``gradcode.clusters.sim``), driven over real MPI messages instead of a
 virtual clock. Launch with ``mpiexec -n n+1 python -m mpi4py -m mpi_runtime SPEC.toml --out DIR`` (or
 ``gradcode run SPEC.toml --out DIR``, which builds that command for the installed MPI and prints it).
 

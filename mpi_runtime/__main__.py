@@ -28,9 +28,9 @@ from pathlib import Path
 
 from mpi4py import MPI
 
-from gradcode.children import die_with_grandparent, die_with_parent
-from gradcode.cluster import write_summary
+from gradcode.clusters.records import write_summary
 from gradcode.errors import ConfigError
+from gradcode.plumbing.children import die_with_grandparent, die_with_parent
 
 from . import protocol as P
 from .config import DEFAULT_GRACE, STARTED, load_run
@@ -113,7 +113,7 @@ def run(argv: list[str] | None, job: _Job) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     # a rank whose launcher (MPICH's proxy) is killed ends too, instead of running on as an orphan that keeps
-    # writing the run folder (gradcode.children)
+    # writing the run folder (gradcode.plumbing.children)
     die_with_parent(signal.SIGTERM, os.getppid())
     die_with_grandparent(signal.SIGTERM)     # and when its proxy is killed (the rank runs under a shell)
     world = MPI.COMM_WORLD

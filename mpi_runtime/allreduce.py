@@ -22,7 +22,7 @@ completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedul
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so across hosts the models of different ranks may
 drift apart by round-off (on one node the shared-memory sum is the same everywhere); rank 0's is the one recorded.
-The loop, the update, the evaluation and the record are :class:`gradcode.cluster.Driver`'s. Every collective is
+The loop, the update, the evaluation and the record are :class:`gradcode.clusters.driver.Driver`'s. Every collective is
 waited for without spinning and bounded (until the step's emulated end plus ``[run] grace``); rank 0 then names the
 ranks that stopped answering (``peers.py``).
 """
@@ -38,14 +38,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.cluster import (
-    Driver,
-    RecordWriter,
-    SimulationError,
-    all_reduce_schedule,
-    worker_times,
-    write_summary,
-)
+from gradcode.clusters.driver import Driver, SimulationError, all_reduce_schedule
+from gradcode.clusters.records import RecordWriter, worker_times, write_summary
 from gradcode.schemes._base import Schedule
 
 from . import protocol as P
@@ -69,7 +63,7 @@ class Decentralized(Driver):
         self.recording = self.rank == 0
         self.i = self.rank - 1
         self.scale = cfg.time_scale
-        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
+        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (clusters/records.py)
         self.d = workload.dim
         # the step's collectives, through shared memory on one node (exchange.py); collective to set up
         self.exchange = open_exchange(comm, self.d + 1, INFO,
@@ -218,7 +212,7 @@ class Decentralized(Driver):
     def _measured(self, t: int, workers: np.ndarray, start: float, end: float, schedule: Schedule
                   ) -> dict[str, Any]:
         """What the workers reported, for the record: erasures (logged), overruns, compute times, and the
-        per-worker times (:func:`gradcode.cluster.worker_times`): every worker takes the step up at its start
+        per-worker times (:func:`gradcode.clusters.records.worker_times`): every worker takes the step up at its start
         (the previous All-Reduce's result is its plan), joins the All-Reduce after its own measured duration
         (its clock's difference, no offset between ranks; at most the step's end), and its contribution is in at
         the end, when rank 0's collectives complete."""

@@ -52,7 +52,7 @@ class RunConfig:
         return self.spec.workers
 
     def run_kwargs(self) -> dict[str, Any]:
-        """The loop's parameters for :class:`gradcode.cluster.Driver` (the simulator's, the same rules)."""
+        """The loop's parameters for :class:`gradcode.clusters.driver.Driver` (the simulator's, the same rules)."""
         return {"iterations": self.iterations, "lr": self.lr, "loss_every": self.loss_every,
                 "target_loss": self.target_loss, "time_budget": self.time_budget, **self.training}
 

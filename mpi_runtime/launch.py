@@ -42,12 +42,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gradcode.children import NotStarted, run_child
-from gradcode.cluster import write_summary
+from gradcode.clusters.footprint import check_mpi_memory
+from gradcode.clusters.records import write_summary
 from gradcode.errors import ConfigError
-from gradcode.memory import check_mpi_memory
-from gradcode.outdir import FolderLock, writable_folder
-from gradcode.registry import pythonpath
+from gradcode.plumbing.children import NotStarted, run_child
+from gradcode.plumbing.outdir import FolderLock, writable_folder
+from gradcode.plumbing.registry import pythonpath
 
 from .config import STARTED, load_run
 from .faults import check_hooks
@@ -133,7 +133,7 @@ def environment(flavor: str, base: dict[str, str] | None = None) -> dict[str, st
     """The environment of the job: oversubscription-friendly MPI settings, one BLAS thread per rank, and the
     project on ``PYTHONPATH`` so every rank imports the same ``mpi_runtime`` and ``gradcode``, followed by the
     folders of user modules that the spec names by import path (its own folder and the working directory,
-    :func:`gradcode.registry.add_user_dirs`)."""
+    :func:`gradcode.plumbing.registry.add_user_dirs`)."""
     env = dict(os.environ if base is None else base)
     for key in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.setdefault(key, "1")
@@ -187,8 +187,8 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
            seed: int | None = None, hostfile: str | None = None, mpiexec: str | None = None,
            timeout: float | None = None, echo=print) -> int:
     """Validate the spec and ``out`` (a :class:`ConfigError` before anything starts), then run the job, holding the
-    lock on ``out`` (:class:`gradcode.outdir.FolderLock`; ``mpiexec`` holds it too, and dies with this process:
-    :mod:`gradcode.children`); its exit code."""
+    lock on ``out`` (:class:`gradcode.plumbing.outdir.FolderLock`; ``mpiexec`` holds it too, and dies with this process:
+    :mod:`gradcode.plumbing.children`); its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job

@@ -13,8 +13,8 @@ Iteration ``t``:
    that no busy worker reads, the plans name the slot, and the workers' messages come back through shared memory
    too: only headers travel (``protocol.py``, :class:`~mpi_runtime.protocol.ModelSlots`).
 2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until the stop
-   policy holds (:class:`gradcode.cluster.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the plan's
-   deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
+   policy holds (:class:`gradcode.clusters.driver.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the
+   plan's deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
    values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
    flushed once the next iteration's plans are out, or when the run ends). A scheme whose combine is a weighted
@@ -27,10 +27,10 @@ ranks) divided by ``time_scale``, i.e. in model time units, comparable with the 
 master begins handing out plan ``t``, ``end`` when the stop rule held; the master's own work (decode, update,
 sends) lies between one ``end`` and the next ``start``; the loss evaluation for the records is bookkeeping and is
 kept off the clock (``now``), as on the virtual clock. ``ideal_end = start + D_t`` with ``D_t`` the duration the
-simulator's arithmetic (:func:`gradcode.cluster.master_iteration`) gives iteration ``t`` with the same draws and zero
-overhead, starting from where the workers are: a worker still busy is taken to be free when it would finish its plan
-with zero overhead (the begin of that plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal total
-time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
+simulator's arithmetic (:func:`gradcode.clusters.driver.master_iteration`) gives iteration ``t`` with the same draws and
+zero overhead, starting from where the workers are: a worker still busy is taken to be free when it would finish its
+plan with zero overhead (the begin of that plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal
+total time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
 (see ``_ideal``).
 
 **Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK`` (and meet them at
@@ -40,8 +40,8 @@ Workers that never acknowledged are reported on stderr and in the summary, and :
 ``__main__`` then aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are
 on disk before the abort).
 
-The loop, the stop policy, the update, the evaluation and the record are :class:`gradcode.cluster.Driver`'s; this
-class adds how messages move and how the wall clock is read.
+The loop, the stop policy, the update, the evaluation and the record are :class:`gradcode.clusters.driver.Driver`'s;
+this class adds how messages move and how the wall clock is read.
 
 **Failures.** If the stop rule can never hold because a worker's model delay is infinite (e.g. ``sync`` with an
 unresponsive worker), the shadow clock says so and the master fails at once with the simulator's reason; if it
@@ -63,22 +63,15 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.cluster import (
-    Arrivals,
-    Driver,
-    RecordWriter,
-    SimulationError,
-    complete_record,
-    master_iteration,
-    worker_times,
-    write_summary,
-)
+from gradcode.clusters.driver import Arrivals, Driver, SimulationError, master_iteration
+from gradcode.clusters.records import RecordWriter, complete_record, write_summary
 
 from . import protocol as P
 from . import streaming as S
 from .config import RunConfig
 from .doorbell import NO_DOORBELL, job_doorbell
 from .faults import Faults
+from .heard import Heard
 from .peers import Peers, who
 from .protocol import RunFailure
 
@@ -91,7 +84,7 @@ class Master(Driver):
         self.peers, self.faults = peers, faults
         self.capacity = capacity
         self.scale = cfg.time_scale
-        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (cluster.py)
+        self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (clusters/records.py)
         d = workload.dim
         self.late = cfg.late_workers
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
@@ -127,11 +120,7 @@ class Master(Driver):
         self.off_clock = 0.0     # seconds spent in evaluate so far: not counted by now()
         self.evaluation_s = 0.0  # ... and in this iteration
         self.log = _Log()
-        # per-worker times of the current iteration (the records' worker_* fields, see _stamp and _worker_times)
-        self.plan_at = np.full(self.n, np.nan)   # master clock (model units) when it sent the worker's plan
-        self.plan_iter = np.full(self.n, -1)     # ... of that iteration
-        self.t_now = -1
-        self.heard = {key: np.full(self.n, np.nan) for key in ("arrived", "compute", "held", "delay")}
+        self.heard = Heard(self.n, self.scale)   # per-worker times of the current iteration (worker_* fields)
 
     def now(self) -> float:
         """Model time units since the run start, without the time spent evaluating the loss for the records."""
@@ -187,7 +176,7 @@ class Master(Driver):
         tick = time.perf_counter()
         self.slot = self.slots.publish(t, self.w, self.slot_of[self.busy >= 0])
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
-        self._new_times(t)
+        self.heard.new(t)
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
         idle = np.flatnonzero(self.busy < 0)
@@ -211,7 +200,7 @@ class Master(Driver):
                                    computed=self.stats["computed"], combined=self._combine(plan, responders),
                                    stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"], ideal_responders=ideal_responders,
-                                   **self._worker_times(t, start))
+                                   **self.heard.fields(t, start, self.delay.injects))
         master_s = send_s + time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
         return rec
@@ -232,12 +221,13 @@ class Master(Driver):
         at their next chunk boundary, or at once if it is not chunked). Every worker has one receive posted on
         :data:`~mpi_runtime.protocol.STREAM_TAG`, reposted after each result; a result names its iteration and
         the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
-        iteration go to the stop policy's streaming form (:meth:`gradcode.cluster.StopPolicy.stream_holds`). The
+        iteration go to the stop policy's streaming form (:meth:`gradcode.clusters.driver.StopPolicy.stream_holds`). The
         ideal end and the work counted (``worker_computed``) come from the simulator's arithmetic on the same draws
-        (:func:`gradcode.cluster.stream_iteration`); what was used is what arrived. On one node the model goes into a
-        shared slot no worker may still read (:class:`~mpi_runtime.streaming.Unread`) and the payloads come through
-        the workers' rings (:class:`~mpi_runtime.streaming.Ring`): only headers travel, as on the one-message path."""
-        from gradcode.cluster import Stream, stream_iteration
+        (:func:`gradcode.clusters.driver.stream_iteration`); what was used is what arrived. On one node the model goes
+        into a shared slot no worker may still read (:class:`~mpi_runtime.streaming.Unread`) and the payloads come
+        through the workers' rings (:class:`~mpi_runtime.streaming.Ring`): only headers travel, as on the one-message
+        path."""
+        from gradcode.clusters.driver import Stream, stream_iteration
 
         self.faults.maybe_crash(t)
         start = self.now()
@@ -245,7 +235,7 @@ class Master(Driver):
         tick = time.perf_counter()
         self.slot = self.slots.publish(t, self.w, self.unread.held())
         self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
-        self._new_times(t)
+        self.heard.new(t)
         for i in range(self.n):
             if self.recv_reqs[i] == MPI.REQUEST_NULL:
                 self._post(i)
@@ -285,7 +275,7 @@ class Master(Driver):
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
                                    ideal_responders=list(dict.fromkeys(i for i, _ in ideal.received)),
-                                   **self._worker_times(t, start))
+                                   **self.heard.fields(t, start, self.delay.injects))
         master_s = send_s + time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)
         return rec
@@ -305,7 +295,7 @@ class Master(Driver):
                 last = time.perf_counter()
                 hdr = self.recv_bufs[i]
                 t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
-                heard = self._heard(hdr)    # read before the buffer is reposted
+                heard = self.heard.read(hdr)    # read before the buffer is reposted
                 if t_msg == t and hdr[4] and i not in self.stats["overruns"]:
                     self.stats["overruns"].append(i)    # a chunk's real compute outlasted its emulated time
                 self.unread.answered(i, t_msg)   # it has copied the model of plan t_msg, and skipped older ones
@@ -330,7 +320,7 @@ class Master(Driver):
                     self.log(f"iteration {t}: worker {i} (rank {i + 1}) sent non-finite values; an erasure")
                     continue
                 received.append((i, c))
-                self._stamp(i, heard)     # its last message received so far
+                self.heard.stamp(i, heard, self.now())     # its last message received so far
                 # the stop rule changes only with a new message (the deadline is out_of_time's): asked once for each
                 held = self.policy.stream_holds(received, plan, fallback)
             if held:
@@ -367,7 +357,7 @@ class Master(Driver):
             return P.from_payload(self.recv_bufs[i][P.RESULT_HEADER:], self.is_complex)
         if seq != self.read[i]:     # a guard on the ring's discipline, never expected to fire
             raise RunFailure(f"worker {i} (rank {i + 1}) announced ring message {seq}, expected {self.read[i]}")
-        return P.from_payload(self.shared.rings[i][seq % S.STREAM_RING], self.is_complex)
+        return P.from_payload(self.shared.rings[i][seq % P.STREAM_RING], self.is_complex)
 
     def _keep(self, payload: np.ndarray, received: list, plan) -> None:
         """A used message, the last of ``received``: added to the running sum with its weight (a scheme that sums on
@@ -434,7 +424,7 @@ class Master(Driver):
         if not self.streaming:     # streaming: the receive on STREAM_TAG stays posted
             self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=tag)
         # the departure, read before the send: a worker rung now may take the CPU and its plan up at once
-        self.plan_at[i], self.plan_iter[i] = self.now(), t
+        self.heard.plan_sent(i, t, self.now())
         self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
         if ring:
             self._ring([i])
@@ -498,8 +488,8 @@ class Master(Driver):
         for i in done:
             self.busy[i] = -1
             self.recv_reqs[i] = MPI.REQUEST_NULL
-            if int(self.recv_bufs[i][0]) == self.t_now:
-                self._stamp(i, self._heard(self.recv_bufs[i]))
+            if int(self.recv_bufs[i][0]) == self.heard.t:
+                self.heard.stamp(i, self.heard.read(self.recv_bufs[i]), self.now())
         if self.shared:
             self.shared.sync()     # their payloads were written before the headers that announce them were sent
         return sorted(done, key=lambda i: self.recv_bufs[i][5])
@@ -540,35 +530,6 @@ class Master(Driver):
             hdr = self.recv_bufs[i]
             if int(hdr[0]) != t:
                 self.stats["stale"] += 1
-
-    # --- per-worker times -----------------------------------------------------------------------------------
-    def _new_times(self, t: int) -> None:
-        self.t_now = t
-        for values in self.heard.values():
-            values.fill(np.nan)
-
-    def _heard(self, hdr: np.ndarray) -> tuple[float, float, float]:
-        """From a result header: the worker's compute, its time from taking the plan up to sending (both its own
-        durations, in model units: no clock offset between ranks enters) and its emulated delay."""
-        return hdr[2] / self.scale, (hdr[5] - hdr[8]) / self.scale, hdr[3] / self.scale
-
-    def _stamp(self, i: int, heard: tuple[float, float, float]) -> None:
-        """Worker ``i``'s message of the current iteration arrived now (the master's clock)."""
-        self.heard["arrived"][i] = self.now()
-        self.heard["compute"][i], self.heard["held"][i], self.heard["delay"][i] = heard
-
-    def _worker_times(self, t: int, start: float) -> dict[str, Any]:
-        """The record's ``worker_*`` fields (:func:`gradcode.cluster.worker_times`). Clocks: when the plan left
-        and when the answer arrived are the master's readings; ``sent`` is the plan's departure plus the worker's
-        own duration from taking it up to sending, so no offset between the ranks' clocks enters. The plan reached
-        the worker after it left, so this is at most the true send time, itself before the arrival (``min``
-        guards the round-off)."""
-        heard = self.heard
-        plan_received = np.where(self.plan_iter == t, self.plan_at, np.nan)
-        sent = np.fmin(plan_received + heard["held"], heard["arrived"])
-        sent[np.isnan(heard["arrived"])] = np.nan
-        return worker_times(start, plan_received=plan_received, compute=heard["compute"], sent=sent,
-                            arrived=heard["arrived"], delay=heard["delay"] if self.delay.injects else None)
 
     # --- combine and update ---------------------------------------------------------------------------------
     def _combine(self, plan, responders: list[int]):

@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.children import proc_stat
+from gradcode.plumbing.children import proc_stat
 
 from .protocol import POLL, RunFailure, wait, wait_all
 

@@ -5,7 +5,7 @@ Launch the sweep under ``mpiexec`` through ``mpi4py.futures``::
     mpiexec -n 5 python -m mpi4py.futures -m gradcode sweep SPEC --out DIR --executor mpi
 
 Rank 0 runs ``gradcode sweep`` (it expands the grid, writes ``DIR`` and assembles the table); ranks 1..4 are the
-pool's workers, each running whole cells (:func:`gradcode.sweep_run.run_cell`) one after another, so N ranks run
+pool's workers, each running whole cells (:func:`gradcode.study.sweep_run.run_cell`) one after another, so N ranks run
 N - 1 cells at a time; ``--jobs`` is not used then. Every rank needs the same Python environment and ``DIR`` on a
 shared file system. ``--executor mpi`` outside such a job is refused before anything runs: the pool would then
 spawn its workers (``MPI_Comm_spawn``), which a singleton MPICH process cannot do (with the PyPI wheel it hangs).
@@ -20,17 +20,24 @@ LAUNCH = "mpiexec -n N python -m mpi4py.futures -m gradcode sweep SPEC --out DIR
 
 
 def check_pool() -> None:
-    """A :class:`ConfigError` unless this process is rank 0 of a job started through ``python -m mpi4py.futures``
-    (whose other ranks are the pool) and mpi4py is installed."""
+    """A :class:`ConfigError` unless this process is rank 0 of an MPI job of two ranks or more (the pool's workers
+    being the others, as ``python -m mpi4py.futures`` makes them) and mpi4py is installed.
+
+    Only public mpi4py is read: a process that is alone in its world (not under ``mpiexec``) has no pool to use and
+    would make one by ``MPI_Comm_spawn``, which a singleton MPICH process cannot do; a rank other than 0 running the
+    sweep means the job was not started through ``mpi4py.futures`` (every rank would run its own sweep)."""
     try:
-        from mpi4py.futures import _core
+        from mpi4py import MPI
     except ImportError as err:
         raise ConfigError(f"--executor mpi needs mpi4py ({err}); pip install gradcode[mpi], or use --executor "
                           "process") from None
-    # set by `python -m mpi4py.futures` on every rank (mpi4py 3 and 4); there is no public test for it
-    if getattr(_core, "SharedPool", None) is None:
+    world = MPI.COMM_WORLD
+    if world.Get_size() < 2:
         raise ConfigError(f"--executor mpi runs inside an MPI job whose other ranks are the pool: {LAUNCH} "
                           "(N - 1 cells at a time); on this machine alone, use --executor process --jobs N")
+    if world.Get_rank() != 0:
+        raise ConfigError(f"--executor mpi: rank {world.Get_rank()} of {world.Get_size()} is running the sweep too, "
+                          f"so the job was not started through mpi4py.futures; start it as {LAUNCH}")
 
 
 def mpi_pool(workers: int):

@@ -78,6 +78,7 @@ RESULT_HEADER = 10      # t, worker, real compute (s), emulated (s), overrun fla
 #                         and not its clock readings: the records' per-worker times are on the master's clock
 #                         (cluster.worker_times)
 MESSAGE, LAST, MARKER = 0, 1, 2
+STREAM_RING = 4         # message segments per worker: a plan's messages and one more (partial_coded, s = 2: 3)
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
 MODEL_SLOTS = 8         # at most this many model versions in shared memory (n + 1 always suffice, see ModelSlots)
 
@@ -332,8 +333,6 @@ def open_payloads(comm: MPI.Comm, cfg, scheme, d: int, peers) -> tuple[int, bool
     ``(message length, complex?, streaming?, shared memory or None)``. A run streams (several results per plan) if
     the scheme does or late workers abandon; the payloads go into node-local shared memory if possible
     (:func:`open_shared`; a streaming run gives each worker a ring of segments, ``streaming.py``)."""
-    from .streaming import STREAM_RING
-
     length, is_complex = message_layout(scheme, d)
     streaming = scheme.streams or cfg.late_workers == "abandon"
     shared = open_shared(comm, d, length, lambda: peers.checkpoint("shared memory", cfg.startup_timeout),

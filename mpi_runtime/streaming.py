@@ -4,8 +4,8 @@ A streaming run (``scheme.streams``, or ``late_workers = "abandon"``) sends seve
 may hold two plans; on one node its payloads still travel through the shared window of ``protocol.py``:
 
 - the model of iteration ``t`` goes into a slot that no worker may still read (:class:`Unread`, master side);
-- each worker writes its messages into a ring of :data:`STREAM_RING` segments of its own (:class:`Ring`, worker
-  side) and sends the header alone, which names the message's number; the master copies the payload out and
+- each worker writes its messages into a ring of :data:`~.protocol.STREAM_RING` segments of its own (:class:`Ring`,
+  worker side) and sends the header alone, which names the message's number; the master copies the payload out and
   counts it in its own segment (``SharedMemory.consumed``), and the worker reuses a segment only once the message
   in it is counted. A worker never waits for the master: with no free segment the message goes inline.
 """
@@ -19,7 +19,6 @@ import numpy as np
 if TYPE_CHECKING:
     from .protocol import SharedMemory
 
-STREAM_RING = 4         # message segments per worker: a plan's messages and one more (partial_coded, s = 2: 3)
 
 
 class Unread:
@@ -48,7 +47,8 @@ class Unread:
 
 
 class Ring:
-    """Streaming (worker side): this worker's :data:`STREAM_RING` message segments in shared memory.
+    """Streaming (worker side): this worker's :data:`~.protocol.STREAM_RING` message segments in shared
+    memory.
 
     Message number ``m`` (counted over the run, only those sent through the ring) goes into segment ``m mod R``,
     which held message ``m - R``: free once the master has read that one (``consumed > m - R``; the master counts

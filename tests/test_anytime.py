@@ -120,7 +120,7 @@ def test_bad_parameters_are_config_errors(params, words):
 
 
 def test_describe_and_registry():
-    from gradcode.registry import SCHEMES
+    from gradcode.plumbing.registry import SCHEMES
 
     assert "anytime" in SCHEMES.list()
     scheme = make_scheme({"name": "anytime", "T": 2.0}, n=3)

@@ -19,7 +19,7 @@ import pytest
 
 import gradcode
 from gradcode import ConfigError, DecodeFallbackWarning, make_code, make_delay, make_scheme, make_workload, simulate
-from gradcode.cluster import summarize
+from gradcode.clusters.records import summarize
 
 
 def burst_sets(n: int, s: int, starts) -> list[list[int]]:
@@ -108,7 +108,7 @@ def test_fallback_decodes_are_counted_in_the_summary_and_the_report(tmp_path):
 
 
 def test_report_shows_fallback_decodes(tmp_path):
-    from gradcode.report import COLUMNS, RunData, render, run_row
+    from gradcode.output.report import COLUMNS, RunData, render, run_row
 
     rec = {"scheme": "coded", "iteration": 0, "start": 0.0, "end": 1.0, "ideal_end": 1.0, "responders": [3, 4, 5],
            "load": [3.0] * 6, "messages": 3, "computed": 9.0, "wasted": 0.0, "residual": 0.5, "method": "fallback",

@@ -589,9 +589,11 @@ def test_docstring_examples_run(module):
 
 
 def test_expectation_over_atoms_is_the_direct_sum(monkeypatch):
-    """A model with a random communication (``E_U[F_C(x - load U)]``) and a sum of two terms (``E_B[F_A(x - B)]``)
-    give, bit for bit, ``sum_j w_j kernel(x - v_j)`` written as one numpy expression; cut into blocks (a small
-    ``_CHUNK``) the same to rounding (the blocks' matrix products may round differently), in ``x``'s shape."""
+    """One form (``_comm.expect_over``) for every expectation over atoms: a model with a random communication
+    (``E_U[F_C(x - load U)]``), a sum of two terms (``E_B[F_A(x - B)]``), a communication of few atoms
+    (``E_C[F_U((x - C) / load)]``) and a persistent slowdown (``E_V[P(s V <= x)]``) give, bit for bit,
+    ``sum_j w_j kernel(x - v_j)`` written as one numpy expression; cut into blocks (a small ``_CHUNK``) the same to
+    rounding (the blocks' matrix products may round differently), in ``x``'s shape."""
     from gradcode.delays import _comm
 
     x = np.linspace(-0.5, 12.0, 37)
@@ -610,6 +612,20 @@ def test_expectation_over_atoms_is_the_direct_sum(monkeypatch):
     s = _comm.Sum(_comm.make_comm(1.0, "pareto"), _comm.make_comm(2.0, "lognormal"))
     v, w = s.b.atoms()
     cases += [(s.cdf, direct(s.a.cdf, v, w)), (s.sf, direct(s.a.sf, v, w))]
+    # the same expectation over the communication's few atoms (a straggler's gated constant extra) ...
+    d = make_delay({"name": "straggle", "base": {"name": "pareto", "alpha": 2.5}, "p": 0.3, "extra": 4.0})
+    assert d._few_comm_atoms()
+    cv, cw = d._cd.atoms()
+    for load in (1.0, 2.5):
+        cases.append((lambda y, d=d, load=load: d.cdf(y, load=load),
+                      direct(lambda y, load=load: d._unit_cdf(y / load), cv, cw)))
+    # ... and over a persistent slowdown's base atoms, a scale (E_V[P(s V <= x)], s ~ U[2, 4]) in the same form
+    slow = make_delay({"name": "persistent", "base": {"name": "exponential"}, "frac": 0.5,
+                       "slowdown": [2.0, 4.0]})._slow
+    v, w = slow.base._unit_atoms()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = np.clip(np.clip((x[:, None] / v[None, :] - 2.0) / 2.0, 0.0, 1.0) @ w, 0.0, 1.0)
+    cases.append((slow._unit_cdf, scaled))
     for got, want in cases:
         assert np.array_equal(got(x), want)
     monkeypatch.setattr(_comm, "_CHUNK", 3 * 2048)    # blocks of 3 points

@@ -9,11 +9,11 @@ import math
 import numpy as np
 import pytest
 
+from gradcode.clusters.sim import simulate
 from gradcode.delays import make_delay
 from gradcode.errors import ConfigError
-from gradcode.harness import delay_label
 from gradcode.schemes import make_scheme
-from gradcode.sim import simulate
+from gradcode.study.harness import delay_label
 from gradcode.workloads import make_workload
 
 MIXTURE = {"name": "mixture", "components": [{"weight": 1, "model": "constant"}]}

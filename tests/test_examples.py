@@ -202,8 +202,8 @@ def test_regimes_sweep_spec_is_valid_and_a_reduced_cell_runs(tmp_path):
     import copy
     import csv
 
-    from gradcode.sweep import expand, read_sweep
-    from gradcode.sweep_run import sweep
+    from gradcode.study.sweep import expand, read_sweep
+    from gradcode.study.sweep_run import sweep
 
     raw = read_sweep(EXAMPLES / "regimes.toml")
     grid = expand(raw)

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tomli_w
 
-from gradcode import plots
-from gradcode.harness import compare
-from gradcode.progress import PlainProgress, progress_bar
-from gradcode.report import cell, load_runs, mean_ci, reading, table
+from gradcode.output import plots
+from gradcode.output.report import cell, load_runs, mean_ci, reading, table
+from gradcode.plumbing.progress import PlainProgress, progress_bar
 from gradcode.schemes import make_scheme
+from gradcode.study.harness import compare
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_MPI = (False, "not in this test")
@@ -150,9 +150,9 @@ def _rows(key: str, values) -> list[dict]:
 
 
 def test_cells_show_the_digits_their_ci_warrants():
-    """report.md's cells are gradcode.numfmt's (whose own rules are tested with it): checked here on the cases of the
-    issue, so that a report never shows noise to 4 digits again."""
-    from gradcode.numfmt import fmt_ci
+    """report.md's cells are gradcode.output.numfmt's (whose own rules are tested with it): checked here on the cases of
+    the issue, so that a report never shows noise to 4 digits again."""
+    from gradcode.output.numfmt import fmt_ci
 
     for values in ([2.017e-14 - 2.0e-14, 2.017e-14, 2.017e-14 + 2.0e-14], [1.20, 1.234, 1.268], [1000.0, 1400.0]):
         assert cell(_rows("x", values), "x") == fmt_ci(*mean_ci(values))
@@ -164,7 +164,7 @@ def test_cells_show_the_digits_their_ci_warrants():
 
 
 def test_reading_gives_the_winner_with_its_ci():
-    from gradcode.numfmt import fmt_ci
+    from gradcode.output.numfmt import fmt_ci
 
     rows = []
     for scheme, times in (("sync", [10.0, 11.0, 12.0]), ("fast", [5.0, 5.1, 5.2])):
@@ -251,7 +251,7 @@ def test_report_marks_unequal_work_next_to_the_scheme(tmp_path):
     spec = {**SPEC, "delays": DELAYS[:1],
             "schemes": [{"name": "sync"}, {"label": "drop equal", "name": "dropcompute", "M": 2, "tau": 1.0},
                         {"label": "drop heavy", "name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 1.0}]}
-    from gradcode.report import work_notes
+    from gradcode.output.report import work_notes
 
     out = compare(spec, tmp_path / "out", progress=False, figures=False, mpi=NO_MPI)
     report = (out / "report.md").read_text()

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-import gradcode.sim
+import gradcode.clusters.sim
 from gradcode.errors import ConfigError
-from gradcode.harness import (
+from gradcode.spec import tomllib
+from gradcode.study.harness import (
     COMPLETE,
     compare,
     default_spec_path,
@@ -24,7 +25,6 @@ from gradcode.harness import (
     mpi_status,
     scheme_label,
 )
-from gradcode.spec import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_MPI = (False, "MPI disabled in this test")
@@ -172,7 +172,7 @@ def test_run_folders_hold_spec_records_and_marker(reference):
 
 def test_resume_after_interruption_gives_the_same_summary(reference, tmp_path, monkeypatch):
     out = tmp_path / "cut"
-    real = gradcode.sim.simulate
+    real = gradcode.clusters.sim.simulate
     calls = {"runs": 0}
 
     class Interrupted(Exception):
@@ -192,17 +192,17 @@ def test_resume_after_interruption_gives_the_same_summary(reference, tmp_path, m
             return real(*args, on_record=cut, **kwargs)
         return real(*args, on_record=on_record, **kwargs)
 
-    monkeypatch.setattr(gradcode.sim, "simulate", flaky)
+    monkeypatch.setattr(gradcode.clusters.sim, "simulate", flaky)
     with pytest.raises(Interrupted):
         compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
-    monkeypatch.setattr(gradcode.sim, "simulate", real)
+    monkeypatch.setattr(gradcode.clusters.sim, "simulate", real)
     done = sorted(p.parent.name for p in (out / "runs").glob(f"*/{COMPLETE}"))
     assert len(done) == 6
     cut_run = next(p for p in (out / "runs").iterdir() if not (p / COMPLETE).exists())
     assert len((cut_run / "records.jsonl").read_text().splitlines()) == 3
 
     # the partial run is reported as partial, never as a finished one
-    from gradcode.report import build_report
+    from gradcode.output.report import build_report
 
     build_report(out)
     rows = {r["run_id"]: r for r in json.loads((out / "summary.json").read_text())}
@@ -216,7 +216,7 @@ def test_resume_after_interruption_gives_the_same_summary(reference, tmp_path, m
         counted["runs"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gradcode.sim, "simulate", counting)
+    monkeypatch.setattr(gradcode.clusters.sim, "simulate", counting)
     compare(small(), out, progress=False, figures=False, mpi=NO_MPI)
     assert counted["runs"] == 20 - 6                       # finished runs are not redone
     assert all((out / "runs" / n / "records.jsonl").stat().st_mtime_ns == t for n, t in stamps.items())

@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import gradcode.memory
+import gradcode.clusters.footprint
+import gradcode.plumbing.memory
 from gradcode import make_delay, make_scheme, make_workload, simulate
-from gradcode.cluster import jsonable, record_load
+from gradcode.clusters.records import jsonable, record_load
 from gradcode.errors import ConfigError, check_float, check_int
-from gradcode.harness import compare
-from gradcode.report import build_report
+from gradcode.output.report import build_report
 from gradcode.spec import load_spec
+from gradcode.study.harness import compare
 
 
 def spec(**tables):
@@ -192,19 +193,19 @@ def test_trace_error_quotes_nothing_of_the_file(tmp_path, content):
 
 # --- item 15: memory -------------------------------------------------------------------------------------------
 def test_a_run_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
-    monkeypatch.setattr(gradcode.memory, "available_bytes", lambda: (10**9, "a test limit"))
+    monkeypatch.setattr(gradcode.plumbing.memory, "available_bytes", lambda: (10**9, "a test limit"))
     with pytest.raises(ConfigError, match=r"need about \d\.\d GB .* only 1\.0 GB is available \(a test limit\)"):
         simulate(make_scheme("sync", n=10**7), "exponential", iterations=10)
     simulate(make_scheme("sync", n=10**5), "exponential", iterations=2)   # 22 MB: fits
 
 
 def test_the_estimate_covers_records_kept():
-    small, long = (gradcode.memory.estimate_bytes(make_scheme("sync", n=10**6), it) for it in (1, 1001))
+    small, long = (gradcode.clusters.footprint.estimate_bytes(make_scheme("sync", n=10**6), it) for it in (1, 1001))
     assert long - small == 1000 * 8 * 10**6     # the responders of every record kept
 
 
 def test_available_memory_is_read():
-    have = gradcode.memory.available_bytes()
+    have = gradcode.plumbing.memory.available_bytes()
     assert have is None or have[0] > 0 and isinstance(have[1], str)
 
 
@@ -235,8 +236,8 @@ def test_simulate_refuses_to_drop_the_seeds_of_a_spec(tmp_path):
 def test_per_worker_lists_are_compact_at_huge_n():
     # Issue 11: a sync step at n = 20,002 wrote every responder (a 7.9 MB JSON line at n = 10^6); now the
     # stragglers (none) and the last to arrive. Per-worker lists of equal values are one number.
-    from gradcode.cluster import per_worker, record_responders, worker_values
-    from gradcode.report import _is_record
+    from gradcode.clusters.records import per_worker, record_responders, worker_values
+    from gradcode.output.report import _is_record
 
     n = 20_002
     res = simulate(make_scheme("sync", n=n), make_delay("exponential"), iterations=2, seed=0)
@@ -266,6 +267,9 @@ def test_compare_refuses_a_sweep_folder_and_takes_a_spec_dict_with_none_fields(t
     out = compare(raw, tmp_path / "out", progress=False, figures=False)
     run = next((out / "runs").iterdir())
     assert "None" not in (run / "spec.toml").read_text() and (run / "records.jsonl").is_file()
+    for schemes in ([None], [{"name": "sync"}, None], "sync"):   # was a TypeError for a None entry
+        with pytest.raises(ConfigError, match=r"\[\[schemes\]\] must be a non-empty array of tables"):
+            compare({**raw, "schemes": schemes}, tmp_path / "other", progress=False, figures=False)
 
 
 def test_order_statistics_are_computed_once_per_process_for_a_spec(monkeypatch):
@@ -290,7 +294,7 @@ def test_an_mpi_run_that_will_not_fit_is_refused_with_the_figure_before_launchin
     # Before: the estimate was the simulator's only; an MPI run of 10^4 ranks started and swapped or was killed.
     from mpi_runtime.launch import launch
 
-    monkeypatch.setattr(gradcode.memory, "available_bytes", lambda: (10**9, "a test limit"))
+    monkeypatch.setattr(gradcode.plumbing.memory, "available_bytes", lambda: (10**9, "a test limit"))
     raw = {"cluster": {"workers": 40}, "workload": {"name": "least_squares", "n_samples": 400, "dim": 4},
            "delay": {"name": "constant"}, "schemes": [{"name": "sync"}], "run": {"iterations": 2}}
     launched = []
@@ -301,7 +305,7 @@ def test_an_mpi_run_that_will_not_fit_is_refused_with_the_figure_before_launchin
     assert launched == []
     raw["cluster"]["workers"] = 3                         # 4 ranks: about 0.24 GB
     assert launch(raw, tmp_path / "out") == 0 and launched == [1]
-    need = gradcode.memory.estimate_mpi_bytes(make_scheme("sync", n=3),
+    need = gradcode.clusters.footprint.estimate_mpi_bytes(make_scheme("sync", n=3),
                                               make_workload("least_squares", n_samples=400, dim=4), 2)
     assert 0.2e9 < need < 0.3e9
 
@@ -341,8 +345,8 @@ PROBE_FOUND = [   # (where, value, words of the error): each was a traceback, a 
 
 @pytest.mark.parametrize(("where", "value", "words"), PROBE_FOUND, ids=lambda v: str(v)[:40])
 def test_inputs_the_probe_found_are_clear_errors_before_work(where, value, words):
-    from gradcode.harness import load_experiment
     from gradcode.spec import build
+    from gradcode.study.harness import load_experiment
 
     spec = _probe_spec(where, value)
     if where[0] == "delay":

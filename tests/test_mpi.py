@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 import tomli_w
 
-from gradcode.cluster import worker_values
-from gradcode.report import read_records
-from gradcode.sim import simulate
+from gradcode.clusters.records import worker_values
+from gradcode.clusters.sim import simulate
+from gradcode.output.report import read_records
 from gradcode.spec import build, load_spec, run_kwargs
 from mpi_runtime import streaming as S
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
+from mpi_runtime.protocol import STREAM_RING
 
 SCALE = 0.02            # seconds per model time unit
 GAP = 1.5               # model units = 30 ms
@@ -406,7 +407,7 @@ class _FakeShared:
     """The parts of protocol.SharedMemory that Ring uses, in plain memory (one process plays both sides)."""
 
     def __init__(self, workers: int, length: int):
-        self.rings = [np.zeros((S.STREAM_RING, length)) for _ in range(workers)]
+        self.rings = [np.zeros((STREAM_RING, length)) for _ in range(workers)]
         self.consumed = np.zeros(workers)
 
     def sync(self) -> None:
@@ -418,14 +419,14 @@ def test_stream_ring_reuses_a_segment_only_after_the_master_read_it():
     rewind (a dropped plan's staged messages were never sent) hands their numbers out again."""
     shared = _FakeShared(2, 3)
     ring = S.Ring(shared, 1)
-    staged = [ring.stage(np.full(3, float(m))) for m in range(S.STREAM_RING)]
-    assert staged == list(range(S.STREAM_RING))
+    staged = [ring.stage(np.full(3, float(m))) for m in range(STREAM_RING)]
+    assert staged == list(range(STREAM_RING))
     assert ring.stage(np.full(3, 99.0)) == -1                       # full: the master has read nothing yet
     assert shared.rings[1][0].tolist() == [0.0, 0.0, 0.0]           # ... and nothing was overwritten
     for m in staged[:2]:
         ring.sending(m)
     shared.consumed[1] = 1                                          # the master read message 0
-    assert ring.stage(np.full(3, 4.0)) == S.STREAM_RING and shared.rings[1][0].tolist() == [4.0] * 3
+    assert ring.stage(np.full(3, 4.0)) == STREAM_RING and shared.rings[1][0].tolist() == [4.0] * 3
     ring.rewind()                                                   # messages 2.. were staged, never sent
     assert ring.stage(np.full(3, 7.0)) == 2 and shared.rings[1][2].tolist() == [7.0] * 3
     assert shared.rings[0].sum() == 0                               # another worker's segments untouched

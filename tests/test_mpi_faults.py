@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tomli_w
 
-from gradcode.cluster import summarize
+from gradcode.clusters.records import summarize
 from gradcode.errors import ConfigError
 from mpi_runtime.faults import check_hooks
 from mpi_runtime.launch import SURVIVE_DEATH, find_mpiexec, prepare

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from gradcode import make_scheme
-from gradcode.cluster import WORKER_TIME_KEYS, WORKER_TIMES_MAX_N, jsonable, record_worker_times
+from gradcode.clusters.records import WORKER_TIME_KEYS, WORKER_TIMES_MAX_N, jsonable, record_worker_times
+from gradcode.clusters.sim import simulate
 from gradcode.delays import make_delay
 from gradcode.errors import ConfigError
-from gradcode.plots import timeline, worker_bars
-from gradcode.sim import simulate
+from gradcode.output.plots import timeline, worker_bars
 from gradcode.spec import load_spec
 
 LSQ = {"name": "least_squares", "n_samples": 48, "dim": 4, "seed": 1}
@@ -101,7 +101,7 @@ def test_natural_timing_is_refused_by_the_simulator_and_inject_is_checked():
         simulate(make_scheme("sync", n=2), "none", LSQ, iterations=1)
     spec = {"cluster": {"workers": 2}, "workload": LSQ, "delay": {"name": "none"}, "scheme": {"name": "sync"},
             "run": {"iterations": 1}}
-    from gradcode.harness import load_experiment
+    from gradcode.study.harness import load_experiment
 
     with pytest.raises(ConfigError, match="kind = 'sim'.*MPI-only"):
         load_experiment(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gradcode.errors import ConfigError
-from gradcode.numfmt import fmt_ci, fmt_value
+from gradcode.output.numfmt import fmt_ci, fmt_value
 
 
 @pytest.mark.parametrize("mean, half, text", [

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from gradcode import make_scheme
-from gradcode.cluster import StopPolicy, chunk_ends, stream_iteration, worker_values
+from gradcode.clusters.driver import StopPolicy, chunk_ends, stream_iteration
+from gradcode.clusters.records import worker_values
+from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError, DecodeFallbackWarning
 from gradcode.schemes import chunk_order
-from gradcode.sim import simulate
 from gradcode.workloads import make_workload
 
 

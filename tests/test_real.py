@@ -8,12 +8,12 @@ import pytest
 import scipy.sparse
 
 from gradcode import make_delay, make_scheme
-from gradcode.cluster import summarize
+from gradcode.clusters.records import summarize
+from gradcode.clusters.sim import SimulatedCluster
 from gradcode.errors import ConfigError
-from gradcode.metrics import roc_auc
 from gradcode.optim import Optimizer
-from gradcode.sim import SimulatedCluster
 from gradcode.workloads import Workload, make_workload
+from gradcode.workloads.metrics import roc_auc
 
 
 # --- the driver, as both clusters run it ---------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_data_file_errors_are_clear(tmp_path):
 
 
 def test_the_fingerprint_notices_a_changed_data_file(tmp_path):
-    from gradcode.fingerprint import fingerprint
+    from gradcode.plumbing.fingerprint import fingerprint
 
     X, y = _dataset("regression")
     path = _npz(tmp_path, X, y, "data.npz")

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 import tomli_w
 
-from gradcode.report import read_records
-from gradcode.sim import simulate
+from gradcode.clusters.sim import simulate
+from gradcode.output.report import read_records
 from gradcode.spec import build, load_spec, run_kwargs, training_kwargs
 from mpi_runtime.launch import prepare
 

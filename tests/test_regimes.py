@@ -7,9 +7,10 @@ import itertools
 import matplotlib.image
 import pytest
 
-from gradcode import regime_plots, regimes
 from gradcode.errors import ConfigError
-from gradcode.regimes import markdown, winners, write_figures
+from gradcode.output import regime_plots, regimes
+from gradcode.output.regime_plots import write_figures
+from gradcode.output.regimes import markdown, winners
 
 SCHEMES = [("sync", "sync"), ("fastest_k", "fastest_k"), ("coded", "coded")]
 

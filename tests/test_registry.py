@@ -1,5 +1,6 @@
 """One registry for codes, schemes, delay models and workloads: names, import paths, plugins (entry points),
-``gradcode describe`` / ``gradcode list --params``, and the README's "Adding a ..." examples run as written."""
+``gradcode describe`` / ``gradcode list --params``, and the "Adding a ..." examples of docs/extending.md run as
+written."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ import tomli_w
 
 import gradcode
 from gradcode.cli import main
+from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError
-from gradcode.harness import compare
-from gradcode.registry import CODES, DELAYS, KINDS, SCHEMES, WORKLOADS, describe, pythonpath
-from gradcode.report import read_records
-from gradcode.sim import simulate
+from gradcode.output.report import read_records
+from gradcode.plumbing.registry import CODES, DELAYS, KINDS, SCHEMES, WORKLOADS, describe, pythonpath
 from gradcode.spec import build, load_spec, run_kwargs
+from gradcode.study.harness import compare
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"   # its "Adding a ..." examples
 TIMEOUT = 180
 
 USER_CLASSES = '''
@@ -342,10 +343,10 @@ def test_cli_exit_codes():
     assert err.value.code == 2
 
 
-# --- the README's examples, as written ------------------------------------------------------------------------
+# --- docs/extending.md's examples, as written ------------------------------------------------------------------------
 def readme_examples() -> dict[str, dict]:
     """Per "Adding a ..." section: its files (code blocks starting with ``# FILENAME``) and its commands."""
-    text = README.read_text()
+    text = EXTENDING.read_text()
     out = {}
     for title in ("Adding a workload", "Adding a delay model"):
         section = text.split(f"## {title}\n")[1].split("\n## ")[0]

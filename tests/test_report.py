@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from gradcode.errors import ConfigError
-from gradcode.harness import compare
-from gradcode.plots import PLOTS
-from gradcode.report import mean_ci, read_records, report_main
+from gradcode.output.plots import PLOTS
+from gradcode.output.report import mean_ci, read_records, report_main
+from gradcode.study.harness import compare
 
 SPEC = {
     "experiment": {"name": "report-test", "description": "a tiny comparison"},
@@ -95,8 +95,8 @@ def test_baseline_and_plots_follow_class_attributes_not_names(tmp_path, monkeypa
     """A user's subclass of Sync, named by import path, is the baseline of the speedups; the timeline orders
     scheme families by ``timeline_rank`` (a class without one comes last, in order of appearance)."""
     from gradcode import Scheme
-    from gradcode.plots import _timeline_runs
-    from gradcode.report import RunData, scheme_class
+    from gradcode.output.plots import _timeline_runs
+    from gradcode.output.report import RunData, scheme_class
 
     (tmp_path / "my_sync_mod.py").write_text(
         "from gradcode.schemes.uncoded import Sync\n\n\nclass MySync(Sync):\n    name = 'my_sync'\n")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gradcode.harness import compare
-from gradcode.plots import PLOTS
-from gradcode.report_html import to_html
-from gradcode.sweep_run import sweep
+from gradcode.output.plots import PLOTS
+from gradcode.output.report_html import to_html
+from gradcode.study.harness import compare
+from gradcode.study.sweep_run import sweep
 
 SPEC = {
     "experiment": {"name": "html-test", "description": "a tiny comparison <with markup>"},

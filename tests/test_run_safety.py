@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import gradcode
-import gradcode.sim
+import gradcode.clusters.sim
+import gradcode.plumbing.fingerprint
 from gradcode.errors import ConfigError
-from gradcode.harness import COMPLETE, HarnessError, compare, load_experiment
+from gradcode.study.harness import COMPLETE, HarnessError, compare, load_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_MPI = (False, "MPI disabled in this test")
@@ -83,7 +84,7 @@ def reference(tmp_path_factory) -> Path:
 # --- item 5: children die with their parent; one writer per folder; damaged runs redone ----------------------
 PARENT = """
 import sys, time
-from gradcode.children import start_child
+from gradcode.plumbing.children import start_child
 child = start_child([sys.executable, "-c", "import time; time.sleep(60)"])
 print(child.pid, flush=True)
 time.sleep(60)
@@ -101,10 +102,11 @@ def test_child_dies_when_its_parent_is_killed():
 
 
 def test_a_second_writer_gets_the_pid_of_the_first(tmp_path):
-    from gradcode.outdir import FolderBusy, FolderLock
+    from gradcode.plumbing.outdir import FolderBusy, FolderLock
 
     folder = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom gradcode.outdir import FolderLock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                               "from gradcode.plumbing.outdir import FolderLock\n"
                                f"FolderLock({str(folder)!r}).acquire(); print('locked', flush=True); time.sleep(60)"],
                               stdout=subprocess.PIPE, text=True, env=ENV)
     try:
@@ -119,11 +121,12 @@ def test_a_second_writer_gets_the_pid_of_the_first(tmp_path):
 
 
 def test_a_child_handed_the_lock_adopts_it(tmp_path):
-    from gradcode.outdir import FolderLock
+    from gradcode.plumbing.outdir import FolderLock
 
     folder = tmp_path / "run"
     with FolderLock(folder) as lock:
-        code = f"from gradcode.outdir import FolderLock\nassert FolderLock({str(folder)!r}).acquire().adopted\n"
+        code = ("from gradcode.plumbing.outdir import FolderLock\n"
+                f"assert FolderLock({str(folder)!r}).acquire().adopted\n")
         proc = subprocess.run([sys.executable, "-c", code], env=lock.child_env(ENV), pass_fds=(lock.fd,))
         assert proc.returncode == 0
         other = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
@@ -131,7 +134,7 @@ def test_a_child_handed_the_lock_adopts_it(tmp_path):
 
 
 def test_compare_refuses_a_folder_being_written(reference, tmp_path):
-    from gradcode.outdir import FolderBusy, FolderLock
+    from gradcode.plumbing.outdir import FolderBusy, FolderLock
 
     out = tmp_path / "busy"
     shutil.copytree(reference, out)
@@ -145,7 +148,7 @@ def test_compare_refuses_a_folder_being_written(reference, tmp_path):
 
 @pytest.mark.parametrize("damage", ["garbage line", "count", "unreadable marker"])
 def test_a_damaged_run_is_reported_with_its_reason_and_redone(reference, tmp_path, damage):
-    from gradcode.report import build_report
+    from gradcode.output.report import build_report
 
     out = tmp_path / "damaged"
     shutil.copytree(reference, out)
@@ -212,7 +215,7 @@ def test_a_changed_plugin_module_is_rerun_and_unchanged_inputs_are_not(tmp_path,
     (tmp_path / "slowplug.py").write_text(PLUGIN.format(factor=3))
     for name in [m for m in sys.modules if m == "slowplug"]:
         del sys.modules[name]
-    from gradcode.registry import DELAYS
+    from gradcode.plumbing.registry import DELAYS
 
     DELAYS._cache.pop("slowplug:Slow", None)
     compare(user, out, progress=False, figures=False, mpi=NO_MPI)
@@ -221,13 +224,13 @@ def test_a_changed_plugin_module_is_rerun_and_unchanged_inputs_are_not(tmp_path,
 
 def test_the_fingerprint_covers_the_package_version(monkeypatch):
     before = load_experiment(spec(), mpi=NO_MPI).runs[0].digest()
-    monkeypatch.setattr(gradcode, "__version__", "99.0")
+    monkeypatch.setattr(gradcode.plumbing.fingerprint, "VERSION", "99.0")   # gradcode.__version__ is this string
     assert load_experiment(spec(), mpi=NO_MPI).runs[0].digest() != before
 
 
 # --- item 7: one experiment per folder -----------------------------------------------------------------------
 def test_an_interrupted_new_experiment_is_never_mixed_with_the_old(reference, tmp_path, monkeypatch):
-    from gradcode.report import build_report
+    from gradcode.output.report import build_report
 
     out = tmp_path / "mixed"
     shutil.copytree(reference, out)
@@ -235,7 +238,7 @@ def test_an_interrupted_new_experiment_is_never_mixed_with_the_old(reference, tm
     with pytest.raises(ConfigError, match="--replace"):
         compare(new, out, progress=False, figures=False, mpi=NO_MPI)
     calls = {"n": 0}
-    real = gradcode.sim.simulate
+    real = gradcode.clusters.sim.simulate
 
     def cut(*args, **kwargs):       # the new experiment is interrupted after its first run
         calls["n"] += 1
@@ -243,7 +246,7 @@ def test_an_interrupted_new_experiment_is_never_mixed_with_the_old(reference, tm
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(gradcode.sim, "simulate", cut)
+    monkeypatch.setattr(gradcode.clusters.sim, "simulate", cut)
     with pytest.raises(KeyboardInterrupt):
         compare(new, out, progress=False, figures=False, mpi=NO_MPI, replace=True)
     build_report(out)
@@ -290,7 +293,7 @@ def test_a_bad_out_is_an_error_before_any_work(tmp_path, command, where):
 def test_report_into_an_unwritable_folder_is_an_error(reference, tmp_path, monkeypatch):
     import tempfile
 
-    from gradcode.report import build_report
+    from gradcode.output.report import build_report
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
@@ -473,7 +476,7 @@ def test_ctrl_c_while_the_libraries_load_is_one_line_exit_130():
 def test_a_done_marker_is_whole_or_absent(tmp_path, monkeypatch):
     """Completion markers are written whole or not at all (``outdir.write_whole``): a writer killed mid-write must
     not leave a truncated marker (the sweep's resume once redid a cell whose marker another process had seen)."""
-    from gradcode import outdir
+    from gradcode.plumbing import outdir
 
     marker = tmp_path / "CELL_COMPLETE"
     outdir.write_whole(marker, '{"fingerprint": "a"}\n')

@@ -8,9 +8,10 @@ import pytest
 
 import gradcode
 from gradcode import make_delay, make_scheme, make_workload, simulate
-from gradcode.cluster import StopPolicy, build_record
+from gradcode.clusters.driver import StopPolicy
+from gradcode.clusters.records import build_record
+from gradcode.clusters.sim import SimulationError
 from gradcode.schemes._base import Combined, DecentralizedScheme, Plan, Schedule
-from gradcode.sim import SimulationError
 
 
 def harmonic(m: int) -> float:
@@ -388,9 +389,9 @@ def test_a_record_completed_later_is_the_record(workload, scheme, params):
     """The MPI master returns only a record's head (what the loop needs to decide whether to stop) and completes it
     once its next plans are out (``Driver.record_later``, ``complete_record``): the same records, in the same key
     order, as built at once, with fields the cluster added to the head in between kept last."""
-    from gradcode.cluster import complete_record
+    from gradcode.clusters.records import complete_record
+    from gradcode.clusters.sim import SimulatedCluster
     from gradcode.delays import make_delay as delay_of
-    from gradcode.sim import SimulatedCluster
 
     class Deferring(SimulatedCluster):
         pending = None

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from gradcode import regimes
 from gradcode.errors import ConfigError
-from gradcode.harness import compare, load_experiment
-from gradcode.sweep import expand
-from gradcode.sweep_run import WALL, sweep
+from gradcode.output import regimes
+from gradcode.study.harness import compare, load_experiment
+from gradcode.study.sweep import expand
+from gradcode.study.sweep_run import WALL, sweep
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor
 
 TIMEOUT = 240
@@ -228,6 +228,18 @@ def test_mpi_executor_gives_the_serial_table(serial, tmp_path):
     assert read_csv(tmp_path / "out" / "sweep.csv") == read_csv(serial / "sweep.csv")
 
 
+def test_mpi_executor_outside_mpi4py_futures_fails_fast_on_every_rank(tmp_path):
+    """Under plain ``mpiexec`` every rank would run its own sweep: the pool check (public mpi4py only, no private
+    ``mpi4py.futures._core``) refuses on the ranks other than 0, the job ends with the launch line, nothing hangs."""
+    spec = tmp_path / "s.toml"
+    spec.write_text(tomli_w.dumps(base(**FOUR)))
+    cmd = [find_mpiexec(), "-n", "2", sys.executable, "-m", "gradcode", "sweep", str(spec), "--out",
+           str(tmp_path / "out"), "--executor", "mpi"]
+    proc = subprocess.run(cmd, env=_mpi_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode != 0
+    assert "rank 1 of 2 is running the sweep too" in proc.stderr and "python -m mpi4py.futures" in proc.stderr
+
+
 def test_an_interrupted_sweep_finishes_the_missing_cells_only(tmp_path):
     raw = base(**{"delay.alpha": [1.5, 2.0, 2.5, 3.0]})
     raw["run"]["iterations"] = 400
@@ -335,7 +347,7 @@ def test_ctrl_c_ends_the_pool_workers_found_by_a_public_api():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from gradcode.sweep_run import _workers
+    from gradcode.study.sweep_run import _workers
 
     bystander = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
     bystander.start()

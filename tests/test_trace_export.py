@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradcode.capture import FIELDS, HEADER, export_trace, trace_rows
 from gradcode.cli import main
-from gradcode.cluster import record_load
+from gradcode.clusters.records import record_load
+from gradcode.clusters.sim import simulate
 from gradcode.delays import make_delay
 from gradcode.errors import ConfigError
-from gradcode.report import read_records
+from gradcode.output.report import read_records
 from gradcode.schemes import make_scheme
-from gradcode.sim import simulate
+from gradcode.study.capture import FIELDS, HEADER, export_trace, trace_rows
 
 WORKLOAD = {"name": "least_squares", "n_samples": 120, "dim": 4, "seed": 1}
 
@@ -175,7 +175,7 @@ def test_round_trip_through_the_simulator_is_exact(tmp_path):
 
 
 def test_what_if_compare_replays_every_scheme(tmp_path):
-    from gradcode.harness import compare
+    from gradcode.study.harness import compare
 
     n, T = 4, 5
     delay = {"name": "pareto", "alpha": 2.0, "comm": 0.2}

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from gradcode import GradcodeError  # noqa: E402
-from gradcode.harness import compare  # noqa: E402
+from gradcode.study.harness import compare  # noqa: E402
 
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 BASE = {
@@ -88,7 +88,7 @@ def _set(spec: dict, where: tuple, value) -> dict:
 def _groups() -> list[tuple[str, dict, list[tuple]]]:
     """``(label, baseline spec, keys to spoil)``: the small spec's keys, then every [run] and [cluster] key, then
     every parameter of every registered code, scheme, delay model and workload (from the registry)."""
-    from gradcode.registry import KINDS
+    from gradcode.plumbing.registry import KINDS
     from gradcode.spec import CLUSTER_KEYS, RUN_KEYS
 
     out = [("spec", BASE, list(_keys(BASE)))]
@@ -120,9 +120,9 @@ def _groups() -> list[tuple[str, dict, list[tuple]]]:
 
 
 def _simulate_all(spec: dict) -> None:
-    from gradcode.harness import load_experiment
-    from gradcode.sim import simulate
+    from gradcode.clusters.sim import simulate
     from gradcode.spec import build, run_kwargs
+    from gradcode.study.harness import load_experiment
 
     exp = load_experiment(spec, mpi=(False, "probe"))
     for di in range(len(exp.spec.delays)):

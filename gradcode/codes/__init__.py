@@ -14,13 +14,14 @@ ErasureHead), :mod:`~gradcode.codes.cyclic` (the cyclic-support base, cyclic rep
 over GF(p), both by :mod:`~gradcode.codes.lagrange` interpolation), :mod:`~gradcode.codes.graph` (the graph code and
 its peeling decoder) and :mod:`~gradcode.codes.random_codes` (expander, Bernoulli, stochastic).
 
-Names map to classes in :data:`gradcode.registry.CODES` (``docs/design.md#registry``); modules are imported on first
-use, so that ``import gradcode`` stays fast (the finite-field code pulls in galois and numba only when it is built).
+Names map to classes in :data:`gradcode.plumbing.registry.CODES` (``docs/design.md#registry``); modules are imported on
+first use, so that ``import gradcode`` stays fast (the finite-field code pulls in galois and numba only when it is
+built).
 """
 
 from __future__ import annotations
 
-from ..registry import CODES
+from ..plumbing.registry import CODES
 from ._base import METHODS, Code, Decoding
 
 

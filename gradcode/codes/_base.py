@@ -122,7 +122,7 @@ class Code:
     def _check_memory(self) -> None:
         """Refuse, before building, an ``n x n`` encoding matrix that cannot fit (16 bytes an entry: complex codes;
         at ``n = 2^70`` the build would otherwise run for ever): the figure and what is available."""
-        from ..memory import available_bytes, describe_bytes
+        from ..plumbing.memory import available_bytes, describe_bytes
 
         need, have = 16 * self.n * self.n, available_bytes()
         if have is not None and need > have[0]:

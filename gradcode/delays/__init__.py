@@ -28,7 +28,7 @@ Use :func:`make_delay` (a name, a ``{"name": ..., **params}`` dict as read from 
 
 from __future__ import annotations
 
-from ..registry import DELAYS
+from ..plumbing.registry import DELAYS
 from ._base import DelayModel
 from .added import HeterogeneousDelay, StraggleDelay
 from .parametric import (

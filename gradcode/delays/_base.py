@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError, check_int
 from . import order_stats
-from ._comm import Term, expect_shifted, make_comm
+from ._comm import Term, expect_over, expect_shifted, make_comm
 from ._crn import (
     STREAM_COMM,
     STREAM_COMPUTE,
@@ -70,6 +70,11 @@ class DelayModel:
     def _ppf(self, u: np.ndarray) -> np.ndarray:
         """Unit compute times from uniforms (may overwrite ``u``)."""
         raise NotImplementedError
+
+    @property
+    def parametric(self) -> bool:
+        """Whether the unit time has an inverse CDF (``_ppf``): what a communication term or ``extra`` can be."""
+        return type(self)._ppf is not DelayModel._ppf
 
     def _scipy(self, stats):
         """The unit time as a frozen ``scipy.stats`` distribution (``stats`` is the module), or None."""
@@ -210,9 +215,7 @@ class DelayModel:
         :meth:`_unit_cdf`) or survival function (:meth:`_unit_sf`) of ``load * U + C``, exact and in closed form,
         where :meth:`_convolve_comm` would sum 2048 quantiles of ``U`` (an order statistic with a continuous ``U``
         and a straggler's added time took seconds that way; adaptive_k_load plans with dozens of them)."""
-        cv, cw = self._cd.atoms()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.clip(unit((x[..., None] - cv) / load) @ cw, 0.0, 1.0)
+        return expect_over(lambda y, c: unit((y - c) / load), x, *self._cd.atoms())
 
     def _total_cdf(self, x: np.ndarray, load: float) -> np.ndarray:
         """CDF of ``load * U + C`` (``load`` a checked scalar)."""

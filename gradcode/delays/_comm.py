@@ -47,12 +47,29 @@ def expect_shifted(kernel, x, shifts: np.ndarray, weights: np.ndarray) -> np.nda
     >>> expect_shifted(step, np.array([0.5, 1.5, 3.0]), np.array([1.0, 2.0]), np.array([0.25, 0.75])).tolist()
     [0.0, 0.25, 1.0]
     """
+    return expect_over(lambda y, v: kernel(y - v), x, shifts, weights)
+
+
+def expect_over(pair, x, values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``sum_j w_j pair(x, v_j)`` elementwise in ``x``, clipped to ``[0, 1]``: a probability averaged over the atoms
+    ``(values, weights)`` of an independent discrete variable. The one form of every such mixture in the delay
+    models: a shift (:func:`expect_shifted`: the CDF of a sum), a shift of a scaled variable (the CDF of
+    ``load * U + C`` over the atoms of ``C``), a scale (a persistent slowdown's ``s * V``). ``pair(column, row)``
+    gets ``x`` as a column and the values as a row; ``x`` is taken in blocks of about ``_CHUNK`` pairs, so memory
+    stays bounded for any size of ``x``.
+
+    >>> import numpy as np
+    >>> expect_over(lambda y, v: (y >= 2 * v).astype(float), np.array([1.0, 3.0]), np.array([1.0, 2.0]),
+    ...             np.array([0.5, 0.5])).tolist()
+    [0.0, 0.5]
+    """
     x = np.asarray(x, dtype=float)
     flat = x.reshape(-1)
     out = np.empty(flat.shape)
-    step = max(1, _CHUNK // max(len(shifts), 1))
-    for s in range(0, len(flat), step):
-        out[s:s + step] = kernel(flat[s:s + step, None] - shifts[None, :]) @ weights
+    step = max(1, _CHUNK // max(len(values), 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for s in range(0, len(flat), step):
+            out[s:s + step] = pair(flat[s:s + step, None], values[None, :]) @ weights
     return np.clip(out, 0.0, 1.0).reshape(x.shape)
 
 
@@ -274,14 +291,13 @@ COMM_DIST_NAMES = ("constant", "exponential", "pareto", "lognormal", "bimodal")
 
 def _parametric(what: str, spec):
     """A parametric model (one with an inverse CDF) named by ``spec``, whose unit time is the term's shape."""
-    from . import make_delay
-    from ._base import DelayModel
+    from ..plumbing.registry import DELAYS  # here, not at the top: the registry imports the models it names
 
     if isinstance(spec, dict) and spec.get("comm", 0) not in (0, 0.0):
         raise ConfigError(f"{what}: a load-independent term has no communication of its own; drop 'comm' "
                           f"from {spec!r}")
-    model = make_delay(spec)
-    if type(model)._ppf is DelayModel._ppf:
+    model = DELAYS.build(spec)
+    if not model.parametric:
         raise ConfigError(f"{what} must name a parametric distribution ({', '.join(COMM_DIST_NAMES)}, or an "
                           f"inline table of one with its parameters), got {model.name!r}")
     return model

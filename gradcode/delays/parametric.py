@@ -69,7 +69,7 @@ class NoDelay(ConstantDelay):
     """Natural timing: nothing is injected (``injects`` is False). On MPI a worker computes for real and sends at
     once, so a response time is real compute plus real transfer; its draws are 0 (the shadow clock's ideal time is
     then 0 and no overhead ratio is defined). The simulator has no real work to time and refuses it
-    (:func:`gradcode.sim.simulate`): replay a captured trace there instead. [derived]
+    (:func:`gradcode.clusters.sim.simulate`): replay a captured trace there instead. [derived]
 
     >>> from gradcode.delays import make_delay
     >>> make_delay("none").sample(0, 0, 2)[0]

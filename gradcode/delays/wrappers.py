@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError, check_float, check_int
 from ._base import DelayModel
-from ._comm import _CHUNK
+from ._comm import expect_over
 from ._crn import STREAM_MIXTURE, STREAM_PERSISTENT, check_seed, per_worker_uniforms, uniforms
 
 
@@ -199,18 +199,11 @@ class _Slowed(DelayModel):
         if self.lo == self.hi:
             return self.base._unit_cdf(x / self.lo)
         # s ~ U[lo, hi]: E_s[1{s v <= x}] = clip((x/v - lo)/(hi - lo), 0, 1), averaged over the base's atoms v
-        v, w = self.base._unit_atoms()
-        x = np.asarray(x, dtype=float)
-        flat = x.reshape(-1)
-        out = np.empty(flat.shape)
-        step = max(1, _CHUNK // len(v))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for s in range(0, len(flat), step):
-                r = flat[s:s + step, None] / v[None, :]
-                frac = np.clip((r - self.lo) / (self.hi - self.lo), 0.0, 1.0)
-                frac = np.where(v[None, :] > 0, frac, (flat[s:s + step, None] >= 0).astype(float))
-                out[s:s + step] = frac @ w
-        return out.reshape(x.shape)
+        def frac(y, v):
+            inside = np.clip((y / v - self.lo) / (self.hi - self.lo), 0.0, 1.0)
+            return np.where(v > 0, inside, (y >= 0).astype(float))
+
+        return expect_over(frac, x, *self.base._unit_atoms())
 
     def _unit_sf(self, x):
         return self.base._unit_sf(x / self.lo) if self.lo == self.hi else 1.0 - self._unit_cdf(x)
@@ -401,9 +394,9 @@ def _inherit_comm(inner: list[DelayModel], comm, comm_dist, what: str) -> tuple[
 
 def _nested(what: str, spec) -> DelayModel:
     if isinstance(spec, (DelayModel, dict, str)):
-        from . import make_delay
+        from ..plumbing.registry import DELAYS
 
-        return make_delay(spec)
+        return DELAYS.build(spec)
     raise ConfigError(f"{what} must be a delay model, a name or a {{\"name\": ..., **params}} dict, "
                       f"got {spec!r}")
 

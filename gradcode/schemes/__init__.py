@@ -2,13 +2,13 @@
 
 One file per family: ``uncoded`` (sync, fastest-k, backup workers), ``adaptive`` (adaptive k, adaptive k and load),
 ``coded`` (any gradient code), ``dropcompute``, ``anytime``. :func:`make_scheme` builds one by name
-(:data:`gradcode.registry.SCHEMES`).
+(:data:`gradcode.plumbing.registry.SCHEMES`).
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..registry import SCHEMES
+from ..plumbing.registry import SCHEMES
 from ._base import Combined, Plan, Scheme
 
 

@@ -10,8 +10,8 @@
 
 A scheme keeps its hyper-parameters (``self.params``, fixed and validated on construction) apart from the state that
 changes during a run (``self.state``, restored by :meth:`Scheme.reset`), and reports that state in every record
-(:meth:`Scheme.record`). Schemes know nothing of clocks or MPI: the simulated cluster (``gradcode.sim``) and the MPI
-cluster (``mpi_runtime``) drive the same objects.
+(:meth:`Scheme.record`). Schemes know nothing of clocks or MPI: the simulated cluster (``gradcode.clusters.sim``) and
+the MPI cluster (``mpi_runtime``) drive the same objects.
 
 A :class:`DecentralizedScheme` (DropCompute) has no master: each worker runs its chunks under a local rule, which the
 scheme returns as a :class:`Schedule` for the clusters to execute, and an All-Reduce sums what the workers kept.
@@ -388,7 +388,7 @@ CHUNK_BYTES = 64   # per worker and chunk of an iteration: its time, end, kept f
 def check_chunks(name: str, n: int, chunks: int, setting: str) -> None:
     """Refuse, before anything is built, ``chunks`` per worker whose per-iteration arrays (``n x chunks`` times,
     ends, flags) cannot fit in memory: ``M = 2^70`` made DropCompute build ``n x M`` tuples for ever."""
-    from ..memory import available_bytes, describe_bytes
+    from ..plumbing.memory import available_bytes, describe_bytes
 
     need, have = CHUNK_BYTES * n * chunks, available_bytes()
     if have is not None and need > have[0]:

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import ConfigError, GradcodeError
+from ..errors import ConfigError, GradcodeError
 
 LOCK_NAME = ".lock"
 LOCK_ENV = "GRADCODE_LOCK_FD"

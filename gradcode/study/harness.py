@@ -13,21 +13,22 @@ single-run spec, which is written into the run's folder ``OUT/runs/<run id>/`` t
   message size), nothing measured;
 - ``records.jsonl``: one JSON line per iteration, flushed as soon as the iteration ends (``simulate(on_record=)``;
   the MPI cluster writes its own);
-- ``COMPLETE``: written last, naming the number of records and the run's fingerprint (:mod:`gradcode.fingerprint`:
-  its spec and every input it reads: trace files, user modules, the gradcode version). A run whose folder holds a
-  ``COMPLETE`` marker with its fingerprint and as many whole records as the marker says is never redone, so an
-  interrupted comparison resumes where it stopped; any other run (changed inputs, damaged records) is redone from
-  scratch.
+- ``COMPLETE``: written last, naming the number of records and the run's fingerprint
+  (:mod:`gradcode.plumbing.fingerprint`: its spec and every input it reads: trace files, user modules, the gradcode
+  version). A run whose folder holds a ``COMPLETE`` marker with its fingerprint and as many whole records as the marker
+  says is never redone, so an interrupted comparison resumes where it stopped; any other run (changed inputs, damaged
+  records) is redone from scratch.
 
 A results folder holds one experiment (:func:`claim`: a different spec is an error unless ``replace``), is checked
-writable before any work (:func:`gradcode.outdir.writable_folder`), and every folder is locked by its writer
-(:class:`gradcode.outdir.FolderLock`). Child processes die with their parent (:mod:`gradcode.children`).
+writable before any work (:func:`gradcode.plumbing.outdir.writable_folder`), and every folder is locked by its writer
+(:class:`gradcode.plumbing.outdir.FolderLock`). Child processes die with their parent
+(:mod:`gradcode.plumbing.children`).
 
 The simulated cluster runs in-process. The MPI cluster runs as ``python -m gradcode run spec.toml --out FOLDER``
 (a subprocess per run, owned by ``mpi_runtime``, with the experiment spec's folder on its ``PYTHONPATH`` so that
 user modules named by import path are found); if mpi4py or that subcommand is missing, MPI runs are skipped,
 the experiment's notes say so and the report repeats it. The harness never aggregates anything itself: the report
-(:mod:`gradcode.report`) reads the run folders back and is the single place where records become rows, so
+(:mod:`gradcode.output.report`) reads the run folders back and is the single place where records become rows, so
 ``gradcode report OUT`` rebuilds exactly what ``gradcode compare`` wrote.
 """
 
@@ -48,12 +49,13 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from .children import run_child
-from .errors import ConfigError, GradcodeError
-from .fingerprint import fingerprint
-from .outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder, write_whole
-from .registry import pythonpath
-from .spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
+from ..errors import ConfigError, GradcodeError
+from ..output.regimes import COMPUTATION, REGIME_MAP
+from ..plumbing.children import run_child
+from ..plumbing.fingerprint import fingerprint
+from ..plumbing.outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder, write_whole
+from ..plumbing.registry import pythonpath
+from ..spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
 
 QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
 MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
@@ -67,7 +69,7 @@ class HarnessError(GradcodeError):
 @dataclass(frozen=True)
 class RunPlan:
     """One run: its folder name, its single-run spec and the metadata the report needs (``meta["fingerprint"]``:
-    the spec and every input it reads, :mod:`gradcode.fingerprint`)."""
+    the spec and every input it reads, :mod:`gradcode.plumbing.fingerprint`)."""
 
     run_id: str
     spec: dict[str, Any]
@@ -178,7 +180,7 @@ def load_experiment(source: str | Path | dict | None = None, *, quick: bool = Fa
             for c in clusters for di in delays for si in range(len(spec.schemes)) for seed in seeds]
     _check_mpi(next((r for r in runs if r.cluster == "mpi"), None))
     if "sim" in clusters:   # natural timing has nothing to simulate: refuse before any run
-        from .sim import check_simulable
+        from ..clusters.sim import check_simulable
 
         for label, table in zip(delay_labels, spec.delays, strict=True):
             check_simulable(_unlabelled(table), f"delay {label!r} under [cluster] kind = {kind!r}:")
@@ -279,7 +281,7 @@ def mpi_status() -> tuple[bool, str]:
 def is_complete(folder: Path, run: RunPlan) -> bool:
     """A finished run: its ``COMPLETE`` marker names this run's fingerprint and its records are whole and as many
     as the marker says (a damaged run, e.g. written by two processes at once, is redone)."""
-    from .report import marker, run_problem
+    from ..output.report import marker, run_problem
 
     return (marker(folder) or {}).get("fingerprint") == run.digest() and run_problem(folder)[1] is None
 
@@ -287,7 +289,7 @@ def is_complete(folder: Path, run: RunPlan) -> bool:
 def execute(run: RunPlan, runs_dir: Path) -> bool:
     """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there; ``True`` if it ran now.
 
-    The folder is locked for the whole run (:class:`gradcode.outdir.FolderLock`): a second process that would
+    The folder is locked for the whole run (:class:`gradcode.plumbing.outdir.FolderLock`): a second process that would
     write it at the same time (a resume racing a run still going) gets an error naming the pid instead.
     """
     folder = runs_dir / run.run_id
@@ -312,8 +314,8 @@ def _clear(folder: Path) -> None:
 
 
 def _run_sim(run: RunPlan, folder: Path) -> int:
-    from . import sim
-    from .cluster import RecordWriter, write_summary
+    from ..clusters import sim
+    from ..clusters.records import RecordWriter, write_summary
 
     spec = load_spec(run.spec)
     (scheme,), delay, workload = build(spec)
@@ -327,7 +329,7 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
 
 def _run_mpi(run: RunPlan, folder: Path, lock: FolderLock) -> int:
     # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included; it is started in its
-    # own process group with a parent-death signal (gradcode.children), and holds the folder's lock with us
+    # own process group with a parent-death signal (gradcode.plumbing.children), and holds the folder's lock with us
     cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder),
            "--timeout", str(MPI_TIMEOUT)]
     # the run's spec lives in its results folder: user modules are found through the experiment spec's folder
@@ -373,6 +375,7 @@ def write_experiment(exp: Experiment, out: Path, source_text: str | None) -> Non
 
 
 RESULTS = ("summary.csv", "summary.json", "report.md", "report.html", "plots", "experiment.json", "experiment.toml")
+SWEEP_RESULTS = ("sweep.csv", "sweep.json", "report.md", "report.html", REGIME_MAP, COMPUTATION)   # a sweep's own
 
 
 def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
@@ -390,8 +393,6 @@ def claim(out: Path, exp: Experiment, replace: bool = False) -> None:
     remove_folders(out / "runs", keep.__contains__)
     remove_results(out, RESULTS)
     if _is_sweep(out):
-        from .sweep_run import RESULTS as SWEEP_RESULTS
-
         remove_results(out, SWEEP_RESULTS)
         remove_folders(out / "cells", lambda name: False)     # each under its lock: never a live cell's
         remove_results(out, ("cells",))
@@ -430,7 +431,7 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
     Everything is checked before any run starts: the spec (MPI rules included), that ``out`` can be written and
     holds no other experiment (``replace``: delete it, :func:`claim`), and that no other process writes it.
     """
-    from .report import build_report
+    from ..output.report import build_report
 
     exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi, overrides=overrides)
     out = writable_folder(out)
@@ -455,7 +456,7 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
 
 
 def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
-    from .progress import progress_bar
+    from ..plumbing.progress import progress_bar
 
     done = sum(is_complete(runs_dir / r.run_id, r) for r in exp.runs)
     failures: list[str] = []

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import record_load, record_responders, record_worker_times
-from .report import scheme_class
+from ..clusters.records import record_load, record_responders, record_worker_times
+from ..plumbing.registry import SCHEMES
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
 
@@ -192,7 +192,7 @@ ADAPTED = {   # record field -> (its axis label in adaptive.png, its value in on
 def adapted_fields(runs: list) -> list[str]:
     """The record fields some run's scheme adapts (``Scheme.adapts``), in :data:`ADAPTED` order; empty when no
     adaptive scheme ran (then ``adaptive.png`` is not drawn)."""
-    present = {f for r in runs for f in scheme_class(r.meta).adapts}
+    present = {f for r in runs for f in SCHEMES.get_or_base(r.meta["scheme_name"]).adapts}
     return [f for f in ADAPTED if f in present]
 
 
@@ -210,7 +210,7 @@ def adaptive(runs: list, path: Path) -> bool:
     for column, delay in zip(panels, delays, strict=True):
         for run in (r for r in runs if r.meta["delay"] == delay):
             it = [rec["iteration"] for rec in run.records]
-            for field in scheme_class(run.meta).adapts:
+            for field in SCHEMES.get_or_base(run.meta["scheme_name"]).adapts:
                 value = ADAPTED[field][1]
                 column[fields.index(field)].step(it, [value(rec) for rec in run.records], where="post",
                                                  label=run.meta["scheme"], color=colour[run.meta["scheme"]])
@@ -242,7 +242,8 @@ def _timeline_runs(runs: list, panels: int) -> list:
     first = {}
     for run in runs:
         first.setdefault(run.meta["scheme_name"], run)
-    order = sorted(first.values(), key=lambda run: scheme_class(run.meta).timeline_rank)   # stable
+    order = sorted(first.values(),   # stable
+                   key=lambda run: SCHEMES.get_or_base(run.meta["scheme_name"]).timeline_rank)
     return order[:panels]
 
 

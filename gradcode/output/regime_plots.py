@@ -1,5 +1,5 @@
 """The figures of a sweep's regime map (matplotlib, Agg backend, imported lazily), drawn from the sweep rows and
-:func:`gradcode.regimes.winners`; :func:`gradcode.regimes.write_figures` is the entry point.
+:func:`gradcode.output.regimes.winners`; :func:`write_figures` is the entry point.
 
 - ``regime_map.png``, two swept keys or more: one heatmap per cluster and delay model (and per combination of the
   keys after the second), x = the first key's values, y = the second's, each cell coloured by its winner (a fixed
@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
+from ..plumbing.outdir import writable_folder
 from .plots import MARKERS, _grid, _pyplot
 from .regimes import (
+    COMPUTATION,
     FALLBACK,
     FELL_BACK,
     MAX_PANELS,
+    REGIME_MAP,
     TIE,
     TITLES,
     _groups,
@@ -30,6 +34,7 @@ from .regimes import (
     _number,
     _speedup,
     _text,
+    winners,
 )
 
 NO_WINNER = "lightgrey"
@@ -49,7 +54,8 @@ def scheme_colours(rows: list[dict]) -> dict[str, str]:
 
 
 def _figure(plt, panels: int, width: float, height: float):
-    """:func:`gradcode.plots._grid` (at most three panels per row, unused axes hidden), as a flat list of axes."""
+    """:func:`gradcode.output.plots._grid` (at most three panels per row, unused axes hidden), as a flat list of
+    axes."""
     fig, grid = _grid(plt, panels, height=height, width=width)
     return fig, [ax for (ax,) in grid]
 
@@ -245,3 +251,17 @@ def computation_speedup(rows: list[dict], table: list[dict], path: Path) -> bool
     _save(plt, fig, path)
     return True
 
+
+def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "time_to_target") -> list[str]:
+    """Draw ``regime_map.png`` and ``computation_speedup.png`` into folder ``out``; the names written (none when
+    there is nothing to draw: no sync, or no scheme with a value)."""
+    table = winners(rows, swept, metric)
+    if not any(_is_baseline(r) for r in rows) or not any(w["winner"] for w in table):
+        return []
+    if not isinstance(out, (str, Path)):
+        raise ConfigError(f"out must be the folder to write the figures into (a path), not {out!r}")
+    out = writable_folder(out, "the figures' folder")
+    made = [REGIME_MAP] if regime_map(rows, table, list(swept), out / REGIME_MAP, metric) else []
+    if computation_speedup(rows, table, out / COMPUTATION):
+        made.append(COMPUTATION)
+    return made

@@ -24,6 +24,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from . import VERSION
+
 IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 CLASS_KEYS = ("name", "code")        # keys whose value names a class (a table's factory, a coded scheme's code)
 
@@ -36,9 +38,7 @@ def fingerprint(spec: dict[str, Any]) -> str:
 
 def inputs(spec: dict[str, Any]) -> dict[str, str]:
     """``{input: version or content hash}`` of everything ``spec`` reads besides itself."""
-    from . import __version__
-
-    found = {"gradcode": __version__}
+    found = {"gradcode": VERSION}
     for key, value in _strings(spec):
         if IMPORT_PATH.match(value):
             found[f"module {value.partition(':')[0]}"] = _module_hash(value.partition(":")[0])

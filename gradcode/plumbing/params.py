@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def accepted_params(cls) -> list[str]:

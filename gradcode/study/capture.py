@@ -41,9 +41,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .errors import ConfigError
-from .outdir import write_whole
-from .report import read_records
+from ..errors import ConfigError
+from ..output.report import read_records
+from ..plumbing.outdir import write_whole
 
 FIELDS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
 HEADER = "step,dp_rank,stage,microbatch,compute_s,comm_s"

@@ -20,14 +20,12 @@ ranks are spread over hosts and the check is not made (the estimate is for one h
 
 from __future__ import annotations
 
-import os
-import resource
-from pathlib import Path
-
 import numpy as np
 
-from .cluster import WORKER_TIMES_MAX_N
-from .errors import ConfigError
+from ..errors import ConfigError
+from ..plumbing import memory  # memory.available_bytes() read at call time (a test may set a limit)
+from ..plumbing.memory import describe_bytes
+from .records import WORKER_TIMES_MAX_N
 
 WORKING_BYTES = 224        # per worker: one iteration's arrays and the JSON line of its record
 RESPONDER_BYTES = 8        # per responder and record kept
@@ -108,9 +106,10 @@ def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
 
 def check_mpi_memory(scheme, workload, iterations: int, *, available: tuple[int, str] | None = None) -> int:
     """:func:`estimate_mpi_bytes`; a :class:`ConfigError` with the figures if it exceeds what this host has
-    available (``available`` overrides :func:`available_bytes`), before anything is launched."""
+    available (``available`` overrides :func:`~gradcode.plumbing.memory.available_bytes`), before anything is
+    launched."""
     need = estimate_mpi_bytes(scheme, workload, iterations)
-    have = available_bytes() if available is None else available
+    have = memory.available_bytes() if available is None else available
     if have is not None and need > have[0]:
         n = scheme.n
         raise ConfigError(
@@ -122,54 +121,11 @@ def check_mpi_memory(scheme, workload, iterations: int, *, available: tuple[int,
     return need
 
 
-def available_bytes() -> tuple[int, str] | None:
-    """Memory this process may still use and where the figure comes from (the smallest of the system's
-    ``MemAvailable``, a cgroup's ``memory.max`` and ``ulimit -v``); None if none can be read."""
-    found = [x for x in (_meminfo(), _cgroup(), _rlimit()) if x is not None]
-    return min(found) if found else None
-
-
-def _meminfo() -> tuple[int, str] | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free physical memory"
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _cgroup() -> tuple[int, str] | None:
-    root = Path("/sys/fs/cgroup")
-    try:
-        limit = (root / "memory.max").read_text().strip()
-        if limit == "max":
-            return None
-        return int(limit) - int((root / "memory.current").read_text()), "the cgroup's memory.max"
-    except (OSError, ValueError):
-        return None
-
-
-def _rlimit() -> tuple[int, str] | None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY:
-        return None
-    try:   # the limit counts the address space already mapped (the interpreter, numpy, scipy)
-        status = Path("/proc/self/status").read_text()
-        used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
-    except (OSError, ValueError, StopIteration):
-        used = 0
-    return soft - used, "ulimit -v (RLIMIT_AS)"
-
-
 def check_memory(scheme, iterations: int, workload=None, *, available: tuple[int, str] | None = None) -> int:
     """The estimate of :func:`estimate_bytes`; a :class:`ConfigError` with the figures if it exceeds what is
-    available (``available`` overrides :func:`available_bytes`)."""
+    available (``available`` overrides :func:`~gradcode.plumbing.memory.available_bytes`)."""
     need = estimate_bytes(scheme, iterations, workload)
-    have = available_bytes() if available is None else available
+    have = memory.available_bytes() if available is None else available
     if have is not None and need > have[0]:
         raise ConfigError(
             f"this run would need about {describe_bytes(need)} of memory (n = {scheme.n} workers, {iterations} "
@@ -178,11 +134,3 @@ def check_memory(scheme, iterations: int, workload=None, *, available: tuple[int
             "workers or fewer iterations"
             + (" or a smaller batch" if scheme.plan(0).batch else ""))
     return need
-
-
-def describe_bytes(x: float) -> str:
-    """A byte count for a message: ``"12 MB"``, ``"3.4 GB"``, ``"1.2e+12 GB"`` above 1e15 bytes."""
-    if x >= 1e15:
-        return f"{x / 1e9:.1e} GB"
-    return f"{x / 1e9:.1f} GB" if x >= 1e8 else f"{x / 1e6:.0f} MB"
-

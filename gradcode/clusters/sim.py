@@ -20,15 +20,15 @@ in a chunked plan), and ``wasted`` is what it computed and no combine used.
 
 A streaming scheme (``scheme.streams``, e.g. ``partial_coded``) runs its chunks with one speed per worker and
 iteration (the draw for the whole plan, split over the chunks) and sends after the chunks the scheme names
-(:class:`gradcode.cluster.Stream`).
+(:class:`gradcode.clusters.driver.Stream`).
 
 Decentralized schemes (DropCompute) run a synchronous All-Reduce step instead: every worker follows the scheme's
 schedule of chunks, the step ends at ``max_i (compute_i + comm_i)``.
 
 With ``workload=None`` only times are simulated (no gradients); schemes that adapt on gradients then keep their
-initial state. The loop, the stop policy and the records are :mod:`gradcode.cluster`'s (``docs/design.md#records``);
-training runs add ``busy``, each worker's ``[begin, arrival]`` in the iteration (None if it did not take up the plan),
-from which timelines are drawn.
+initial state. The loop and the stop policy are :mod:`gradcode.clusters.driver`'s, the records
+:mod:`gradcode.clusters.records`' (``docs/design.md#records``); training runs add ``busy``, each worker's
+``[begin, arrival]`` in the iteration (None if it did not take up the plan), from which timelines are drawn.
 """
 
 from __future__ import annotations
@@ -40,26 +40,22 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import (
+from ..delays import make_delay
+from ..errors import ConfigError, check_float, check_int, check_seed
+from ..schemes import Scheme
+from ..schemes._base import Plan
+from ..workloads import make_workload
+from .driver import (
     Driver,
-    RecordWriter,
     SimulationError,
     all_reduce_schedule,
-    build_record,
     default_lr,
     master_iteration,
     stream_iteration,
-    summarize,
     work_done,
-    worker_times,
-    write_summary,
 )
-from .delays import make_delay
-from .errors import ConfigError, check_float, check_int, check_seed
-from .memory import check_memory
-from .schemes import Scheme
-from .schemes._base import Plan
-from .workloads import make_workload
+from .footprint import check_memory
+from .records import RecordWriter, build_record, summarize, worker_times, write_summary
 
 __all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
 
@@ -92,7 +88,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     """Run ``scheme`` under ``delay`` on ``workload`` (``None``: timing only) for ``iterations`` iterations, or until
     the loss reaches ``target_loss`` or the virtual time ``time_budget`` is spent. ``training``: the optimizer and
     the held-out evaluation (``optimizer``, ``momentum``, ``eval_every``, ``target_accuracy``; see
-    :class:`gradcode.cluster.Driver`).
+    :class:`gradcode.clusters.driver.Driver`).
 
     ``on_record(record)`` is called after every iteration (the harness flushes records to disk with it).
     """
@@ -142,7 +138,7 @@ def check_simulable(delay, where: str = "[delay]") -> None:
 def _progress(enabled: bool, total: int):
     if not enabled:
         return None
-    from .progress import progress_bar
+    from ..plumbing.progress import progress_bar
 
     return progress_bar(total, unit="it", leave=False)
 
@@ -304,7 +300,7 @@ def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
             for b, a, ok in zip(begin, arrive, started, strict=True)]
 
 
-# --- per-worker times for the records (gradcode.cluster.worker_times): NaN where a worker took no part ------------
+# --- per-worker times for the records (gradcode.clusters.records.worker_times): NaN where a worker took no part -
 def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
     """A master iteration's worker times: the plan taken up at ``begin``, sent ``compute`` later, arrived ``comm``
     after that; sent and arrival only for a message that arrived by the end (as on MPI, where no other is known)."""

@@ -13,10 +13,11 @@ the half-width of its 95% confidence interval) and answers per cell, cluster and
   inverse for a higher-is-better metric), a ratio of means over seeds, so not the mean of the per-seed
   ``speedup_*`` columns.
 
-:func:`write_figures` draws ``regime_map.png`` (two swept keys: a heatmap of the winners with their speedup; one:
-the metric against the swept value; more: the first two, one panel per combination of the others) and
-``computation_speedup.png``; :func:`markdown` writes the report's "Regime map" section. Values a row lacks (None,
-an empty CSV cell, NaN) are left out, never an error; rows of the wrong shape are a :class:`ConfigError`.
+:func:`gradcode.output.regime_plots.write_figures` draws ``regime_map.png`` (two swept keys: a heatmap of the
+winners with their speedup; one: the metric against the swept value; more: the first two, one panel per combination
+of the others) and ``computation_speedup.png``; :func:`markdown` writes the report's "Regime map" section. Values a
+row lacks (None, an empty CSV cell, NaN) are left out, never an error; rows of the wrong shape are a
+:class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import json
 import math
 import numbers
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .numfmt import fmt_ci
 from .report import AGGREGATED, scheme_class
 
@@ -186,25 +186,6 @@ def _speedup(reference: float | None, value: float | None, metric: str) -> float
     if metric in HIGHER_IS_BETTER:
         reference, value = value, reference
     return reference / value if value > 0 and reference >= 0 else None
-
-
-# --- figures --------------------------------------------------------------------------------------------------
-def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "time_to_target") -> list[str]:
-    """Draw ``regime_map.png`` and ``computation_speedup.png`` into folder ``out``; the names written (none when
-    there is nothing to draw: no sync, or no scheme with a value)."""
-    table = winners(rows, swept, metric)
-    if not any(_is_baseline(r) for r in rows) or not any(w["winner"] for w in table):
-        return []
-    from . import regime_plots
-    from .outdir import writable_folder
-
-    if not isinstance(out, (str, Path)):
-        raise ConfigError(f"out must be the folder to write the figures into (a path), not {out!r}")
-    out = writable_folder(out, "the figures' folder")
-    made = [REGIME_MAP] if regime_plots.regime_map(rows, table, list(swept), out / REGIME_MAP, metric) else []
-    if regime_plots.computation_speedup(rows, table, out / COMPUTATION):
-        made.append(COMPUTATION)
-    return made
 
 
 # --- report.md ------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 MAX_FIGURES = 6   # a tiny interval (a deterministic run's round-off) does not print 15 digits
 FIXED = (1e-3, 1e5)   # |x| in [1e-3, 1e5): fixed notation, else scientific

@@ -2,9 +2,9 @@
 
 Design
 ------
-One source of truth: the HTML is made from the text of ``report.md`` (written by :func:`gradcode.report.render` for
-a comparison, by :mod:`gradcode.sweep_run` for a sweep), so both always say the same. That text uses a small part
-of Markdown, and this module reads exactly that part:
+One source of truth: the HTML is made from the text of ``report.md`` (written by :func:`gradcode.output.report.render`
+for a comparison, by :mod:`gradcode.study.sweep_run` for a sweep), so both always say the same. That text uses a small
+part of Markdown, and this module reads exactly that part:
 
 - ``#`` / ``##`` headings; paragraphs (consecutive lines); ``- `` list items (a line indented by two spaces
   continues the item);

@@ -32,7 +32,7 @@ swept, ``{name = "coded", code = "cyclic_repetition", s = 1}`` is ``"coded/cycli
 
 Example::
 
-    >>> from gradcode.sweep import expand
+    >>> from gradcode.study.sweep import expand
     >>> base = {"cluster": {"workers": 4}, "delay": {"name": "pareto", "alpha": 2.0},
     ...         "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 3}], "run": {"iterations": 5},
     ...         "sweep": {"delay.alpha": [1.5, 3.0], "schemes.fastest_k.k": [2, 3]}}
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 OPTIONS = {"zip": "true: pair the lists (equal lengths) instead of taking their product"}
 SINGLE = ("cluster", "workload", "delay", "scheme", "run")   # single tables: TABLE.KEY
@@ -82,8 +82,8 @@ class Grid:
 
 def read_sweep(source: str | Path | dict) -> dict[str, Any]:
     """The raw TOML table of a sweep spec file (or a dict, copied); user modules are looked up in its folder."""
-    from .registry import add_user_dirs
-    from .spec import _read_toml
+    from ..plumbing.registry import add_user_dirs
+    from ..spec import _read_toml
 
     if isinstance(source, dict):
         add_user_dirs(Path.cwd())

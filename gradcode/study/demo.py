@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import list_codes, make_code
+from ..codes import list_codes, make_code
 
 
 def rows(n: int = 12, s: int = 3, d: int = 1000, seed: int = 0):

@@ -28,7 +28,7 @@ import os
 import numpy as np
 import scipy.sparse
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 FORMATS = {".npz": "npz", ".csv": "csv", ".svm": "svmlight", ".svmlight": "svmlight", ".libsvm": "svmlight"}
 TASKS = ("regression", "binary", "multiclass")

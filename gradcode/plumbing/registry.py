@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from ._params import accepted_params, check_params
-from .errors import ConfigError
+from ..errors import ConfigError
+from .params import accepted_params, check_params
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,14 @@ class Registry:
         if name not in self._cache:
             self._cache[name] = self._checked(self._find(name), name)
         return self._cache[name]
+
+    def get_or_base(self, name) -> type:
+        """:meth:`get`, or the base class when ``name`` cannot be imported here (a user's module not on the path):
+        how a report reads the attributes (``baseline``, ``adapts``, ...) of a run's class."""
+        try:
+            return self.get(name)
+        except ConfigError:
+            return self.base
 
     def _find(self, name: str) -> type:
         if name in self._builtins:

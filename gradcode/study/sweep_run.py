@@ -1,14 +1,15 @@
-"""Running a sweep: every cell of the grid (:mod:`gradcode.sweep`) as a comparison, in parallel, then one tidy table.
+"""Running a sweep: every cell of the grid (:mod:`gradcode.study.sweep`) as a comparison, in parallel, then one
+tidy table.
 
 Design
 ------
 ``gradcode sweep SPEC --out DIR`` expands the spec's ``[sweep]`` table into cells and checks every cell before
-anything runs. Each cell is a comparison run by the compare harness (:func:`gradcode.harness.compare`: the same
+anything runs. Each cell is a comparison run by the compare harness (:func:`gradcode.study.harness.compare`: the same
 seeds and schemes in every cell, common random numbers across the schemes) into ``DIR/cells/NNN/``; when it has
-finished, ``DIR/cells/NNN/CELL_COMPLETE`` names the cell's fingerprint (:mod:`gradcode.fingerprint`: its spec and
-every input it reads) and its wall-clock time. A cell with that marker is never redone, so an interrupted sweep
-finishes the missing cells only (and inside a cell, the harness resumes its runs). ``DIR`` holds one sweep: another
-spec there is an error unless ``--replace`` (the ``--iterations`` / ``--seeds`` overrides are part of the spec).
+finished, ``DIR/cells/NNN/CELL_COMPLETE`` names the cell's fingerprint (:mod:`gradcode.plumbing.fingerprint`: its spec
+and every input it reads) and its wall-clock time. A cell with that marker is never redone, so an interrupted sweep
+finishes the missing cells only (and inside a cell, the harness resumes its runs). ``DIR`` holds one sweep: another spec
+there is an error unless ``--replace`` (the ``--iterations`` / ``--seeds`` overrides are part of the spec).
 
 **Parallel.** Cells are independent pure functions of their specs, so they run on any executor and give the same
 numbers: ``--jobs N`` (default: every core) runs them in a :class:`concurrent.futures.ProcessPoolExecutor` (``1``:
@@ -31,9 +32,10 @@ Outputs
   has a value (``time_to_target``: ``reached`` says how many seeds reached the target loss). ``wall_seconds`` is
   the cell's wall-clock time, the only column that depends on the machine and the executor.
 - ``sweep.json``: also the spec, the swept paths, the cells (values, folder, wall time) and the notes;
-- ``report.md`` (the grid, :func:`gradcode.regimes.markdown`'s regime map, the figures, each with a one-line reading),
-  ``report.html`` (the same as one self-contained page, :mod:`gradcode.report_html`) and
-  ``regime_map.png`` / ``computation_speedup.png`` (:func:`gradcode.regimes.write_figures`).
+- ``report.md`` (the grid, :func:`gradcode.output.regimes.markdown`'s regime map, the figures, each with a one-line
+reading),
+  ``report.html`` (the same as one self-contained page, :mod:`gradcode.output.report_html`) and
+  ``regime_map.png`` / ``computation_speedup.png`` (:func:`gradcode.output.regime_plots.write_figures`).
 """
 
 from __future__ import annotations
@@ -50,16 +52,17 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, GradcodeError
-from .fingerprint import fingerprint
-from .outdir import FolderLock, remove_folders, remove_results, writable_folder, write_whole
-from .regimes import COMPUTATION, METRICS, REGIME_MAP
-from .report_html import write_html
+from ..errors import ConfigError, GradcodeError
+from ..output.regimes import COMPUTATION, METRICS, REGIME_MAP
+from ..output.report_html import write_html
+from ..plumbing.fingerprint import fingerprint
+from ..plumbing.outdir import FolderLock, remove_folders, remove_results, writable_folder, write_whole
+from .harness import SWEEP_RESULTS
 
 CELL_DONE = "CELL_COMPLETE"
 AGGREGATE = list(dict.fromkeys([*METRICS, "iterations", "wasted_units"]))   # the means (and _ci) of a row
 WALL = ("wall_seconds",)          # columns that depend on the machine, not on the spec
-RESULTS = ("sweep.csv", "sweep.json", "report.md", "report.html", REGIME_MAP, COMPUTATION)
+RESULTS = SWEEP_RESULTS
 EXECUTORS = ("process", "mpi")
 
 
@@ -71,8 +74,8 @@ def cell_folder(out: Path, index: int) -> Path:
 def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     """Run one cell (``task``: ``index``, ``values``, ``spec``, ``folder``, ``fingerprint``, ``figures``, ``dirs``) as a
     comparison and write its marker; a module-level function so that any executor can send it to a worker."""
+    from ..plumbing.registry import add_user_dirs
     from .harness import compare
-    from .registry import add_user_dirs
 
     add_user_dirs(*map(Path, task["dirs"]))      # user modules, in a worker process too
     start = time.perf_counter()
@@ -176,10 +179,11 @@ def _pool(executor: str, workers: int, lock_fd: int | None):
 
 
 def _worker_start(parent: int, lock_fd: int | None) -> None:
-    """A pool worker dies with the sweep (even after ``kill -9``: :func:`gradcode.children.die_with_parent`) and
+    """A pool worker dies with the sweep (even after ``kill -9``:
+    :func:`gradcode.plumbing.children.die_with_parent`) and
     lets go of the sweep folder's lock that it inherited by ``fork``, so a resume can start as soon as the sweep is
     gone (each cell's folder is locked by the worker that writes it)."""
-    from .children import die_with_parent
+    from ..plumbing.children import die_with_parent
 
     # Ctrl-C reaches the whole process group: the sweep itself stops the workers (one line, exit 130), which must
     # not each print a KeyboardInterrupt traceback
@@ -199,7 +203,7 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
     """Run every cell of a sweep spec that is not finished in ``out``, then write ``sweep.csv``, ``sweep.json``,
     ``report.md`` and the regime figures there; returns ``out``. Everything is checked first (the grid, every cell,
     the executor, that ``out`` is writable and holds no other sweep)."""
-    from .spec import with_run_overrides
+    from ..spec import with_run_overrides
     from .sweep import expand, read_sweep
 
     if executor not in EXECUTORS:
@@ -273,7 +277,7 @@ def _other(out: Path, raw: dict) -> str | None:
 # --- the table ------------------------------------------------------------------------------------------------
 def collect(tasks: list[dict], paths: list[str]) -> list[dict[str, Any]]:
     """The rows of ``sweep.csv`` from the cell folders (see the module docstring), in cell order."""
-    from .report import mean_ci, scheme_class
+    from ..output.report import mean_ci, scheme_class
 
     rows = []
     for task in tasks:
@@ -345,9 +349,9 @@ def _write_json(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict],
 
 
 def _write_report(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict], notes: list[str]) -> None:
-    from . import regimes
+    from ..output import regime_plots, regimes
 
-    figures = regimes.write_figures(rows, grid.paths, out) if rows else []
+    figures = regime_plots.write_figures(rows, grid.paths, out) if rows else []
     exp = raw.get("experiment", {})
     seeds = raw.get("run", {}).get("seeds", [raw.get("run", {}).get("seed", 0)])
     lines = [f"# Sweep: {exp.get('name', out.name)}", ""]
@@ -383,7 +387,7 @@ FIGURE_READINGS = {REGIME_MAP: "the winner of each cell by time to target (a col
 
 def _figure_reading(name: str, rows: list[dict], grid) -> str:
     """The one-line reading under a sweep figure: how to read it; under the regime map, the regime map's reading."""
-    from . import regimes
+    from ..output import regimes
 
     text = "Reading: " + FIGURE_READINGS.get(name, name) + "."
     if name == REGIME_MAP:

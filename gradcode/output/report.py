@@ -1,11 +1,11 @@
 """Results of a comparison, rebuilt from the records alone: ``summary.csv``, ``summary.json``, ``report.md`` (and
-the same as one page to browse, ``report.html``: :mod:`gradcode.report_html`), plots.
+the same as one page to browse, ``report.html``: :mod:`gradcode.output.report_html`), plots.
 
 Design
 ------
-The report reads each run folder written by :mod:`gradcode.harness` (``run.json``: labels and unit constants;
+The report reads each run folder written by :mod:`gradcode.study.harness` (``run.json``: labels and unit constants;
 ``records.jsonl``: what the cluster measured; ``COMPLETE``: the run finished) and turns every run into one summary
-row with :func:`gradcode.cluster.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
+row with :func:`gradcode.clusters.records.summarize` plus unit conversions, so ``gradcode report FOLDER`` reproduces
 ``summary.csv`` / ``summary.json`` byte for byte. A run without its ``COMPLETE`` marker (interrupted, or failed), or
 whose records do not match it (damaged), is reported with ``status = "partial"`` and flagged, with the reason,
 wherever it appears; an unparsable line is dropped. A run folder whose ``run.json`` fingerprint is not the one
@@ -46,8 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from .cluster import summarize
-from .errors import ConfigError
+from ..clusters.records import summarize
+from ..errors import ConfigError
+from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
 
@@ -136,7 +137,7 @@ def _is_record(rec) -> bool:
 
 
 def _are_responders(x) -> bool:
-    """A list of worker indices, or the compact form of :func:`gradcode.cluster.compact_responders`."""
+    """A list of worker indices, or the compact form of :func:`gradcode.clusters.records.compact_responders`."""
     if isinstance(x, dict):
         return (type(x.get("count")) is int and type(x.get("last")) is int and isinstance(x.get("stragglers"), list)
                 and all(type(i) is int for i in x["stragglers"]))
@@ -241,12 +242,7 @@ def run_row(run: RunData) -> dict[str, Any]:
 def scheme_class(meta: dict[str, Any]) -> type:
     """The class of a run's scheme, whose attributes say how to report it (``baseline``, ``adapts``,
     ``timeline_rank``); the base class if it cannot be imported here (a user's module that is not on the path)."""
-    from .registry import SCHEMES
-
-    try:
-        return SCHEMES.get(meta["scheme_name"])
-    except ConfigError:
-        return SCHEMES.base
+    return SCHEMES.get_or_base(meta["scheme_name"])
 
 
 def summary_rows(runs: list[RunData]) -> list[dict[str, Any]]:
@@ -302,7 +298,7 @@ def groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[s
 
 
 def cell(rows: list[dict], key: str) -> str:
-    """Mean ± CI half-width over the rows, to the digits the CI warrants (:func:`gradcode.numfmt.fmt_ci`);
+    """Mean ± CI half-width over the rows, to the digits the CI warrants (:func:`gradcode.output.numfmt.fmt_ci`);
     ``(j/m)`` when only j of the m rows have a value."""
     values = [r[key] for r in rows if r[key] is not None]
     if not values:
@@ -482,8 +478,8 @@ def _definitions() -> str:
 def build_report(folder: str | Path, figures: bool = True) -> Path:
     """Rebuild ``summary.csv``, ``summary.json``, ``report.md`` and ``plots/*.png`` (``figures=False``: no plots) of
     ``folder`` from its records."""
+    from ..plumbing.outdir import writable_folder
     from . import plots
-    from .outdir import writable_folder
 
     folder = Path(folder)
     info = _experiment(folder)
