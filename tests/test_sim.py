@@ -414,3 +414,81 @@ def test_a_record_completed_later_is_the_record(workload, scheme, params):
     now, later = records(SimulatedCluster), records(Deferring)
     assert [list(r) for r in later] == [[*r, "master_us"] for r in now]
     assert [{k: v for k, v in r.items() if k != "master_us"} for r in later] == now
+
+
+# --- exact codes stop where the MPI master stops: at the first decodable prefix (issue 28) --------------------
+EXACT_CODES = ["uncoded", "fractional_repetition", "cyclic_repetition", "cyclic_mds", "reed_solomon",
+               "reed_solomon_gf"]
+
+
+def _exact_code_params():
+    from hypothesis import strategies as st
+
+    def valid_s(name, n):
+        if name == "uncoded":
+            return [0]
+        if name == "fractional_repetition":
+            return [s for s in range(n) if n % (s + 1) == 0]
+        return list(range(n))
+    return st.sampled_from(EXACT_CODES).flatmap(lambda name: st.integers(2, 16).flatmap(
+        lambda n: st.tuples(st.just(name), st.just(n), st.sampled_from(valid_s(name, n)))))
+
+
+def first_decodable_prefix(code, order):
+    """What the MPI master finds asking after every arrival, with the code's own decoder on a fresh code object."""
+    return next((m for m in range(1, len(order) + 1) if code.is_decodable(list(order[:m]))), None)
+
+
+def test_every_registered_exact_code_is_in_the_property_test():
+    exact = [name for name in gradcode.list_codes() if gradcode.make_code(name, 6, 0 if name == "uncoded" else 1).exact]
+    assert sorted(exact) == sorted(EXACT_CODES)
+
+
+def _property_test(fn):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    return settings(max_examples=150, deadline=None)(
+        given(params=_exact_code_params(), data=st.data(), seed=st.integers(0, 3))(fn))
+
+
+@pytest.mark.filterwarnings("ignore::gradcode.errors.DecodeFallbackWarning")
+@_property_test
+def test_the_stop_of_an_exact_code_is_its_first_decodable_prefix(params, data, seed):
+    from hypothesis import strategies as st
+
+    from gradcode.sim import stop_counts
+    name, n, s = params
+    scheme = make_scheme("coded", n=n, code=name, s=s, seed=seed)
+    fresh = gradcode.make_code(name, n, s, seed=seed)          # the decoder alone, no scheme cache in between
+    orders = [data.draw(st.permutations(range(n))) for _ in range(12)]
+    expected = [first_decodable_prefix(fresh, order) for order in orders]
+    assert all(m is not None for m in expected)                # all n always decode
+    # the per-iteration path (and the MPI master's ideal) ...
+    assert [scheme.stop_index(np.array(order)) for order in orders] == expected
+    # ... the MPI master's own rule, arrival by arrival ...
+    policy = StopPolicy(scheme)
+    for order, m in zip(orders, expected, strict=True):
+        got = next(k for k in range(1, n + 1) if policy.holds(list(order[:k]), None))
+        assert got == m
+    # ... and the timing-only pass, row by row
+    times = np.empty((len(orders), n))
+    for j, order in enumerate(orders):
+        times[j, order] = np.arange(1.0, n + 1)
+    assert stop_counts(scheme, scheme.plan(0), np.argsort(times, axis=1), times).tolist() == expected
+
+
+@pytest.mark.parametrize("code, n, s", [("cyclic_mds", 4, 1), ("cyclic_mds", 8, 2), ("fractional_repetition", 6, 2),
+                                        ("cyclic_repetition", 8, 2), ("reed_solomon", 8, 2)])
+def test_timing_only_runs_stop_at_the_first_decodable_prefix(code, n, s):
+    scheme = make_scheme("coded", n=n, code=code, s=s)
+    fresh = gradcode.make_code(code, n, s)
+    res = simulate(scheme, make_delay("pareto", alpha=2.0), iterations=300, seed=0, late_workers="abandon")
+    early = 0
+    for rec in res.records:
+        order = np.argsort(np.array(rec["worker_delay"], dtype=float), kind="stable")
+        m = first_decodable_prefix(fresh, order)
+        assert np.asarray(rec["responders"]).tolist() == order[:m].tolist()
+        assert rec["end"] - rec["start"] == pytest.approx(rec["worker_delay"][order[m - 1]])
+        early += m < n - s
+    # the codes that decode early do so in these runs (cyclic MDS at n = 4, s = 1: {0, 2}; n = 8, s = 2: {0, 2, 4, 6})
+    assert (early > 0) == fresh.early_decoding

@@ -48,6 +48,7 @@ from ..workloads import make_workload
 from .driver import (
     Driver,
     SimulationError,
+    StopPolicy,
     all_reduce_schedule,
     default_lr,
     master_iteration,
@@ -151,7 +152,24 @@ def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: floa
     plan = scheme.plan(0)
     if plan.chunked:
         return False
-    return scheme.stop_count() is not None and not math.isfinite(plan.deadline)
+    # an exact code's stop depends on who arrived, not on when: stop_counts finds it per iteration
+    return (scheme.stop_count() is not None or scheme.exact) and not math.isfinite(plan.deadline)
+
+
+def stop_counts(scheme: Scheme, plan: Plan, order: np.ndarray, response: np.ndarray) -> np.ndarray:
+    """How many first arrivals end each iteration of the timing-only pass: row ``j`` of ``order`` is iteration
+    ``j``'s workers by arrival (``response`` their times). ``stop_count()`` when the rule is "the first m";
+    otherwise the stop policy on each row, as the per-iteration path and the MPI master apply it (an exact code:
+    its first decodable prefix, the decodes remembered per responder set; all that ever answer if none decodes)."""
+    m = scheme.stop_count()
+    if m is not None:
+        return np.full(len(order), m, dtype=np.int64)
+    policy = StopPolicy(scheme)
+    counts = np.empty(len(order), dtype=np.int64)
+    for j, row in enumerate(order):
+        row = row[np.isfinite(response[j, row])]
+        counts[j] = policy.count(row, response[j], 0.0, plan)
+    return counts
 
 
 _BLOCK = 1 << 22   # draws per vectorised block (32 MB per array)
@@ -161,7 +179,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     """Iteration ``t`` lasts ``T_(m:n)`` of its own draws; iterations are sampled and sorted ``chunk`` at a time
     (fewer at large ``n``: a block holds at most ``_BLOCK`` draws)."""
     plan = scheme.plan(0)
-    m, n = scheme.stop_count(), scheme.n
+    n = scheme.n
     chunk = max(1, min(chunk, _BLOCK // n))
     records: list[dict] = []
     clock = 0.0
@@ -170,8 +188,10 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
         T = compute + comm
-        order = np.argsort(T, axis=1, kind="stable")[:, :m].copy()   # records keep m responders, not all n
-        kth = np.take_along_axis(T, order[:, -1:], axis=1)[:, 0]
+        order = np.argsort(T, axis=1, kind="stable")
+        m = stop_counts(scheme, plan, order, T)
+        order = order[:, :m.max()].copy()   # records keep the responders, not all n
+        kth = np.take_along_axis(T, order[np.arange(len(m)), m - 1][:, None], axis=1)[:, 0]
         if not np.all(np.isfinite(kth)):
             raise SimulationError(f"{scheme.name}: the stop rule cannot be met; some workers never answer")
         ends = clock + np.cumsum(kth)
@@ -183,11 +203,12 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         for j, t in enumerate(ts):
             end = float(ends[j])
             times = _vector_times(float(starts[j]), compute[j], T[j], float(kth[j]))
+            responders = order[j, :m[j]]
             records.append(build_record(
-                scheme, int(t), float(starts[j]), end, ideal_end=end, responders=order[j], load=plan.load,
-                messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j] - load[order[j]].sum()),
+                scheme, int(t), float(starts[j]), end, ideal_end=end, responders=responders, load=plan.load,
+                messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j] - load[responders].sum()),
                 combined=None, loss=None, grad_error=None,
-                measured={"used": float(load[order[j]].sum()), **times}, as_lists=False))
+                measured={"used": float(load[responders].sum()), **times}, as_lists=False))
         clock = float(ends[-1])
     return records
 

@@ -91,9 +91,12 @@ class Code:
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
     exact: ClassVar[bool] = True
-    # True if some sets of fewer than n - s responders decode exactly (a scheme then searches for the earliest);
-    # False for MDS-like codes, where exactly the first n - s responders do.
-    early_decoding: ClassVar[bool] = False
+    # True if some sets of fewer than n - s responders may decode exactly (the coded scheme then looks for the
+    # earliest decodable prefix, as the MPI master does by asking after every arrival); False only for a code that
+    # never decodes fewer than n - s (its decoder refuses them, or almost surely with random coefficients). The
+    # safe default: a code that says False but decodes early makes the simulator wait longer than MPI (issue 28;
+    # tests/test_codes_exact.py checks every registered code).
+    early_decoding: ClassVar[bool] = True
 
     def __init__(self, n: int, s: int, *, seed: int = 0, tol: float = 1e-8, cache_size: int = 4096):
         self.n = check_int("n", n, low=1)

@@ -59,7 +59,9 @@ class CyclicSupportCode(Code):
 
         B[i, (i + t) mod n] = C[i, t]   for t = 0..s,        B[i, j] = 0   for j outside W_i.
 
-    The codes are MDS-like: any ``n - s`` responders decode exactly, fewer do not (``early_decoding`` is False).
+    The codes are MDS-like: any ``n - s`` responders decode exactly. Fewer may too (``early_decoding``): cyclic MDS
+    decodes some structured sets (``{0, 2}`` at ``n = 4, s = 1``, where ``g(x) = x + 1``); cyclic repetition
+    (random coefficients) and Reed-Solomon (its decoder interpolates from ``n - s``) never do.
     The exact decode is the base class's (least squares on ``B_F^T a = 1``, residual checked) unless a code has a
     closed form (the Reed-Solomon codes interpolate).
 
@@ -129,6 +131,7 @@ class CyclicRepetition(CyclicSupportCode):
 
     name = "cyclic_repetition"
     description = "cyclic windows of s + 1 partitions, seeded random H; least-squares decode (exact)"
+    early_decoding = False   # a set of fewer than n - s rows spans 1 only on a null set of the Gaussian H
 
     def _window_coefficients(self, rng: np.random.Generator) -> np.ndarray:
         n, s = self.n, self.s

@@ -32,6 +32,8 @@ class ReedSolomonBase(CyclicSupportCode):
     not the complex numbers, the maps between those numbers and field elements (``_to_field``, ``_from_field``).
     """
 
+    early_decoding = False   # the exact decoder interpolates from n - s responders and refuses fewer
+
     def _node_values(self) -> np.ndarray:
         raise NotImplementedError
 

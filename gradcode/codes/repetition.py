@@ -35,6 +35,7 @@ class Uncoded(Code):
 
     name = "uncoded"
     description = "identity, s = 0: every worker one partition, wait for all (exact)"
+    early_decoding = False   # n - s = n: every worker
 
     def _check(self) -> None:
         if self.s != 0:
