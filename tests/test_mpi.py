@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tomli_w
 
+from gradcode.clusters.driver import StopPolicy
 from gradcode.clusters.records import worker_values
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
@@ -77,7 +78,8 @@ def _master_gaps(spec: dict) -> float:
         begin = np.maximum(clock, free)
         arrive = begin + compute[0] + comm[0]
         times = np.sort(arrive[np.isfinite(arrive)])
-        m = scheme.stop_count()
+        order = np.argsort(arrive, kind="stable")[:len(times)]
+        m = StopPolicy(scheme).count(order, arrive, clock, plan)     # an exact code: its first decodable prefix
         end = times[m - 1]
         if m < len(times):     # who is in and who is out must not depend on timing noise
             smallest = min(smallest, float(times[m] - times[m - 1]))
@@ -147,6 +149,33 @@ def test_master_schemes_agree_with_simulator(name, tmp_path):
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["overhead_ratio"] > 0.9 and "ideal_total_time" in summary
+
+
+def test_an_early_decoding_code_stops_where_the_simulator_does(tmp_path):
+    """Cyclic MDS at n = 4, s = 1 decodes from workers {0, 2} alone (g(x) = x + 1): the MPI master, asking after
+    every arrival, stops there, and so must the simulator and the master's ideal (issue 28: they waited for n - s,
+    so the ideal was no lower bound, overhead ratio 0.967)."""
+    scheme = {"name": "coded", "code": "cyclic_mds", "s": 1}
+
+    for seed in range(300):     # well separated, and some iteration decodes from two workers
+        spec = _spec(dict(scheme), seed=seed)
+        sim = _simulated(spec)
+        if any(len(r["responders"]) < 3 for r in sim.records) and _master_gaps(spec) >= GAP:
+            break
+    else:
+        raise AssertionError("no seed below 300 gives an early decode with well-separated arrivals")
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    assert len(mpi) == len(sim.records) == spec["run"]["iterations"]
+    assert any(len(r["responders"]) == 2 for r in mpi)
+    for a, b in zip(sim.records, mpi, strict=True):
+        assert sorted(a["responders"]) == sorted(b["responders"]), (a["iteration"], a["responders"], b)
+        assert sorted(b["ideal_responders"]) == sorted(a["responders"])
+        assert b["residual"] <= 1e-8 / 16
+    _no_iteration_beats_its_ideal(mpi)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overhead_ratio"] >= 1 - 1e-3 / SCALE / summary["ideal_total_time"] * len(mpi)
 
 
 def _no_iteration_beats_its_ideal(records: list[dict]) -> None:
