@@ -190,6 +190,8 @@ def _print_summary(summary: dict) -> None:
     for key, value in summary.items():
         shown = f"{value:.6g}" if isinstance(value, float) else value
         print(f"  {key:<{width}}  {shown}")
+    if summary.get("diverged"):
+        print(f"\nwarning: {summary['divergence_note']}", file=sys.stderr)
 
 
 def _compare(args) -> int:

@@ -35,6 +35,7 @@ it (``pip install --no-binary mpi4py mpi4py``) and do not install the ``mpich`` 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -211,8 +212,10 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
-        return run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
+        code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
                          started=(STARTED, startup_bound(cfg)))
+        diverged(Path(out), echo)
+        return code
     except subprocess.TimeoutExpired:
         echo(f"# the job did not finish within {timeout:g} s and was killed")
         return 124
@@ -224,6 +227,16 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
         echo(f"# {error}")
         write_summary(Path(out), {"iterations": 0, **cfg.summary_fields([], error)})
         return 1
+
+
+def diverged(out: Path, echo) -> None:
+    """Say so when the run's summary says its loss diverged (``gradcode.cluster.divergence``)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(summary, dict) and summary.get("diverged"):
+        echo(f"# warning: {summary['divergence_note']}")
 
 
 STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the Python interpreters

@@ -1,6 +1,7 @@
 """The simulated cluster: timing against order-statistic theory, DropCompute against the reference table
 (docs/references.md#dropcompute), training, common random numbers, and the seams of the shared driver."""
 
+import json
 import math
 
 import numpy as np
@@ -456,7 +457,7 @@ def _property_test(fn):
 def test_the_stop_of_an_exact_code_is_its_first_decodable_prefix(params, data, seed):
     from hypothesis import strategies as st
 
-    from gradcode.sim import stop_counts
+    from gradcode.clusters.sim import stop_counts
     name, n, s = params
     scheme = make_scheme("coded", n=n, code=name, s=s, seed=seed)
     fresh = gradcode.make_code(name, n, s, seed=seed)          # the decoder alone, no scheme cache in between
@@ -492,3 +493,70 @@ def test_timing_only_runs_stop_at_the_first_decodable_prefix(code, n, s):
         early += m < n - s
     # the codes that decode early do so in these runs (cyclic MDS at n = 4, s = 1: {0, 2}; n = 8, s = 2: {0, 2, 4, 6})
     assert (early > 0) == fresh.early_decoding
+
+
+# --- divergence is never silent; adaptive_k_load's default step follows its batch (issue 28) ------------------
+def test_divergence_is_flagged_in_the_summary():
+    from gradcode.clusters.records import DIVERGENCE_FACTOR, summarize
+
+    def run(losses):
+        return summarize([{"scheme": "sync", "iteration": t, "start": t, "end": t + 1.0, "ideal_end": t + 1.0,
+                           "computed": 1.0, "wasted": 0.0, "messages": 1, "loss": loss}
+                          for t, loss in enumerate(losses)])
+
+    calm = run([10.0, 5.0, 9.0 * DIVERGENCE_FACTOR, 1.0])
+    assert calm["diverged"] is False and "divergence_note" not in calm
+    grew = run([10.0, 50.0, 11.0 * DIVERGENCE_FACTOR, 3.0])      # came back down: still flagged, with the end
+    assert grew["diverged"] is True
+    assert "from 10 (iteration 0) to 110 (iteration 2), 3 at the end" in grew["divergence_note"]
+    assert "step is too large for the batch" in grew["divergence_note"]
+    nan = run([10.0, float("nan")])
+    assert nan["diverged"] is True and "nan at iteration 1" in nan["divergence_note"]
+    assert "diverged" not in run([None, None])                  # timing only: nothing to say
+
+
+@pytest.mark.parametrize("workload", ["least_squares", "logistic", "softmax_digits", "mlp"])
+def test_adaptive_k_load_default_step_does_not_diverge_on_the_shipped_workloads(workload):
+    delay = make_delay("pareto", alpha=2.0, comm=0.5)
+    for seed in range(3):
+        wl = make_workload(workload, seed=seed)
+        res = simulate(make_scheme("adaptive_k_load", n=8, max_batch=16), delay, wl, iterations=40, seed=seed)
+        assert res.summary["diverged"] is False, (seed, res.summary.get("divergence_note"))
+        losses = [r["loss"] for r in res.records]
+        assert losses[-1] < losses[0]
+    if workload == "least_squares":     # the workload's full-batch step diverges (issue 28): flagged
+        res = simulate(make_scheme("adaptive_k_load", n=8, max_batch=16), delay, make_workload(workload, seed=0),
+                       iterations=40, seed=0, lr=make_workload(workload, seed=0).lr)
+        assert res.summary["diverged"] is True
+
+
+def test_batch_lr_is_the_full_step_for_a_full_batch_and_smaller_below():
+    wl = make_workload("least_squares", seed=0)
+    assert wl.batch_lr(wl.n_samples) == pytest.approx(wl.lr)
+    steps = [wl.batch_lr(b) for b in (1, 8, 64, 512)]
+    assert steps == sorted(steps) and steps[0] < wl.lr / 10
+    assert make_workload("mlp", seed=0).batch_lr(1) == make_workload("mlp", seed=0).lr    # no bound: its lr
+
+
+def test_a_diverged_run_is_flagged_on_the_terminal_and_in_the_report(tmp_path, capsys):
+    import tomli_w
+
+    from gradcode.cli import main
+
+    spec = {"cluster": {"workers": 4, "kind": "sim"}, "workload": {"name": "least_squares", "seed": 0},
+            "delays": [{"label": "exp", "name": "exponential"}],
+            "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 2}],
+            "run": {"iterations": 8, "seeds": [0], "lr": 2.5}}     # three times the workload's 1/L: diverges
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    assert main(["compare", str(path), "--out", str(tmp_path / "cmp")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: run ") == 2 and "step is too large" in err
+    report = (tmp_path / "cmp" / "report.md").read_text()
+    assert "2 run(s) DIVERGED" in report and "DIVERGED" in (tmp_path / "cmp" / "report.html").read_text()
+    single = {**spec, "delay": spec["delays"][0], "scheme": spec["schemes"][0], "run": {"iterations": 8, "lr": 2.5}}
+    del single["delays"], single["schemes"]
+    path.write_text(tomli_w.dumps(single))
+    assert main(["simulate", str(path), "--out", str(tmp_path / "one")]) == 0
+    assert "warning: diverged: the loss grew" in capsys.readouterr().err
+    assert json.loads((tmp_path / "one" / "summary.json").read_text())["diverged"] is True

@@ -314,6 +314,7 @@ class Driver:
         self.target_loss, self.time_budget = target_loss, time_budget
         self.target_accuracy = target_accuracy
         self.lr = default_lr(lr, workload)
+        self.lr_given = lr is not None     # else a scheme with small batches steps by them (_update)
         self.optimizer = Optimizer(optimizer, momentum)
         self.w = None if workload is None else np.array(workload.init_params(), dtype=float)
         self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
@@ -445,6 +446,9 @@ class Driver:
         returns ``(loss, grad_error, held-out metrics)`` ((None, None, {}) in a timing-only run)."""
         if combined is None:
             return None, None, {}
+        batch = None if self.lr_given else self.scheme.effective_batch()
+        if batch is not None:      # the default step of this iteration's mini-batch (Workload.batch_lr)
+            self.lr = self.workload.batch_lr(batch)
         g = combined.gradient
         step = self.optimizer.direction(g)
         result = self.evaluate(t, plan, g, truth, step)

@@ -228,6 +228,32 @@ def write_summary(folder: str | Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+DIVERGENCE_FACTOR = 10.0   # a last loss this many times the first (or a non-finite one): the run diverged
+
+
+def divergence(records: list[dict[str, Any]]) -> str | None:
+    """Why a training run counts as diverged, or None: a non-finite loss, or a loss at least
+    :data:`DIVERGENCE_FACTOR` times the first recorded one (after iteration 0's step), even if it came back down
+    later (small first batches at a full-batch step: the run's times then measure a blow-up). The summary says so
+    (``diverged``, ``divergence_note``), as do the terminal and the report: such a run's times are not a comparison
+    of schemes (issue 28: adaptive_k_load at its workload's step went from 15.6 to 704)."""
+    losses = [(r["iteration"], r["loss"]) for r in records if r.get("loss") is not None]
+    if not losses:
+        return None
+    hint = ("the step is too large for the batch: give a smaller [run] lr (or the scheme a larger batch or "
+            "max_batch)")
+    bad = next(((t, loss) for t, loss in losses if not math.isfinite(loss)), None)
+    if bad is not None:
+        return f"diverged: the loss is {bad[1]} at iteration {bad[0]}; {hint}"
+    (t0, first), (t1, peak) = losses[0], max(losses, key=lambda tl: tl[1])
+    if peak > DIVERGENCE_FACTOR * abs(first) and peak > 0:
+        last = losses[-1]
+        then = f", {last[1]:.3g} at the end (iteration {last[0]})" if last[0] != t1 else ""
+        return (f"diverged: the loss grew from {first:.3g} (iteration {t0}) to {peak:.3g} (iteration {t1}){then}; "
+                f"{hint}")
+    return None
+
+
 def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None,
               target_accuracy: float | None = None, resolution: float = 0.0) -> dict[str, Any]:
     """Aggregate a run's records (never recomputes what the cluster measured). ``time_to_target``: the ``end`` of
@@ -255,6 +281,11 @@ def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None
         "fallback_decodes": sum(1 for r in records if r.get("method") == "fallback"),
         "final_loss": losses[-1] if losses else None,
     }
+    if losses:
+        note = divergence(records)
+        summary["diverged"] = note is not None
+        if note is not None:
+            summary["divergence_note"] = note
     summary["wasted_fraction"] = summary["wasted"] / summary["computed"] if summary["computed"] > 0 else None
     summary.update(overhead_ratios(records, durations, resolution))
     if target_loss is not None:

@@ -104,7 +104,7 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
     loss_every = check_int("loss_every", loss_every, low=1)
     if late_workers not in LATE_WORKERS:
         raise ConfigError(f"late_workers must be one of {', '.join(LATE_WORKERS)}, got {late_workers!r}")
-    lr = check_float("lr", default_lr(lr, workload), low=0.0)
+    check_float("lr", default_lr(lr, workload), low=0.0)     # None stays None: the driver's default step
     if target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
     if time_budget is not None:

@@ -234,6 +234,7 @@ def run_row(run: RunData) -> dict[str, Any]:
         "bytes": s["floats"] * 8 if s.get("floats") is not None else None if floats is None
         else s["messages"] * floats * 8,
         "mean_residual": s["mean_residual"], "fallback_decodes": s.get("fallback_decodes"),
+        "diverged": s.get("divergence_note"),
         "speedup_iteration": None, "speedup_target": None,
         "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],
     }
@@ -450,6 +451,9 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     if fell_back:
         notes.append(f"{len(fell_back)} run(s) had decodes that FELL BACK to least squares (not exact: residual above "
                      "tol; iterations in brackets): " + ", ".join(fell_back))
+    diverged = [f"{r['run_id']} ({r['diverged'].removeprefix('diverged: ')})" for r in rows if r.get("diverged")]
+    if diverged:
+        notes.append(f"{len(diverged)} run(s) DIVERGED (their times compare nothing): " + "; ".join(diverged))
     if notes:
         out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     out += ["## Summary", "", "Mean ± half-width of the t-based 95% confidence interval over seeds, the mean to the "

@@ -192,6 +192,12 @@ class Scheme:
         """Real numbers per message for a model of ``d`` parameters."""
         return d
 
+    def effective_batch(self) -> int | None:
+        """Samples behind this iteration's gradient, if the default step must follow them (the cluster then steps
+        by ``workload.batch_lr(effective_batch)`` unless ``[run] lr`` is given); None: the workload's ``lr``. A
+        scheme whose first mini-batches are small (adaptive_k_load) diverges at the full batch's step."""
+        return None
+
     # --- 3. stop --------------------------------------------------------------------------------------------
     def stop_count(self) -> int | None:
         """If the stop rule is "the first m arrivals", that ``m``; ``None`` if it depends on who arrived."""

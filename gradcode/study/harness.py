@@ -487,5 +487,8 @@ def compare_main(args) -> int:
     info = json.loads((out / "experiment.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)
+    for row in json.loads((out / "summary.json").read_text()):
+        if row.get("diverged"):
+            print(f"warning: run {row['run_id']} {row['diverged']}", file=sys.stderr)
     print(f"wrote {out / 'summary.csv'}, {out / 'summary.json'}, {out / 'report.md'} and {out / 'report.html'}")
     return 1 if any(n.startswith("run failed") for n in info["notes"]) else 0

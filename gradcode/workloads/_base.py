@@ -92,6 +92,28 @@ class Workload:
         self.reg = reg
         self.seed = seed
 
+    # a bound on the loss's second derivative in the prediction z (least squares 1, logistic 1/4, softmax 1/2):
+    # with the rows' norms it bounds one sample's smoothness, for batch_lr; None: unknown (batch_lr is lr)
+    _curvature: ClassVar[float | None] = None
+
+    def batch_lr(self, samples: int) -> float:
+        """A step stable for mini-batches of ``samples`` samples: ``lr`` (``1/L``, the full batch's) for a full
+        batch, less for small ones, ``1/L_B`` with the expected smoothness of ``B``-sample batches (Gower et al.,
+        "SGD: General Analysis and Improved Rates", ICML 2019, b-nice sampling):
+        ``L_B = (N (B - 1) L + (N - B) L_max) / (B (N - 1))``, ``L_max`` one sample's bound (the curvature times
+        the largest squared row norm, plus ``reg``). A model without such a bound (the MLP) keeps ``lr``."""
+        N = self.n_samples
+        if self._curvature is None or N < 2:
+            return self.lr
+        B = min(max(int(samples), 1), N)
+        if getattr(self, "_row_max", None) is None:
+            X = self.X
+            sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if _sparse(X) else np.einsum("ij,ij->i", X, X)
+            self._row_max = float(sq.max())
+        L, L_max = 1.0 / self.lr, self._curvature * self._row_max + self.reg
+        L_B = (N * (B - 1) * L + (N - B) * L_max) / (B * (N - 1))
+        return min(self.lr, 1.0 / L_B) if L_B > 0 else self.lr
+
     def _gram_max_eig(self) -> float:
         """Largest eigenvalue of ``X^T X / N`` (Lipschitz constants): dense if small, else Lanczos."""
         X, n = self.X, self.n_samples

@@ -37,6 +37,7 @@ class LeastSquares(Workload):
 
     name: ClassVar[str] = "least_squares"
     description: ClassVar[str] = "least squares (1/2N)||Xw - y||^2 on seeded Gaussian data; known optimum"
+    _curvature: ClassVar[float | None] = 1.0
 
     def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.1, condition: float = 1.0,
                  seed: int = 0, data: str | None = None, test_fraction: float = 0.0):
@@ -97,6 +98,7 @@ class Logistic(Workload):
 
     name: ClassVar[str] = "logistic"
     description: ClassVar[str] = "binary logistic regression, L2 reg, on seeded synthetic separable-ish data"
+    _curvature: ClassVar[float | None] = 0.25
     task: ClassVar[str] = "binary"
 
     def __init__(self, n_samples: int = 2000, dim: int = 20, noise: float = 0.5, reg: float = 1e-4,
@@ -155,6 +157,7 @@ class SoftmaxDigits(Workload):
     name: ClassVar[str] = "softmax_digits"
     description: ClassVar[str] = ("softmax regression on scikit-learn's bundled digits (1797 x 64, "
                                   "10 classes); needs pip install gradcode[data]")
+    _curvature: ClassVar[float | None] = 0.5
     n_classes: ClassVar[int] = 10
     task: ClassVar[str] = "multiclass"
 
