@@ -296,6 +296,7 @@ class Master(Driver):
                 hdr = self.recv_bufs[i]
                 t_msg, c, kind = int(hdr[0]), int(hdr[6]), int(hdr[7])
                 heard = self.heard.read(hdr)    # read before the buffer is reposted
+                sent_at = float(hdr[5])
                 if t_msg == t and hdr[4] and i not in self.stats["overruns"]:
                     self.stats["overruns"].append(i)    # a chunk's real compute outlasted its emulated time
                 self.unread.answered(i, t_msg)   # it has copied the model of plan t_msg, and skipped older ones
@@ -310,7 +311,10 @@ class Master(Driver):
                     self.busy[i] = -1
                     if t_msg != t:
                         self._send_plan(i, t, plan)      # late and free now: it takes the current plan
-                        self.expected_free[i] = time.time() + self.emulated[i] * self.scale
+                        # it begins when it sent this result (worker.py: its free), or at the stamp if later, as on
+                        # the one-message path (_accept); the master's time.time() here, later by its reaction,
+                        # made the ideal of its next plan late and iterations end before it (issue 28: -3 to -45 ms)
+                        self.expected_free[i] = max(self.stamp, sent_at) + self.emulated[i] * self.scale
                 if t_msg != t:
                     self.stats["stale"] += 1
                 if not use:

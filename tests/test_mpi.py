@@ -419,6 +419,20 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, sha
         assert any(len(c) > len(set(c)) for c in chunks)          # ... several from one worker
 
 
+def test_a_late_streaming_worker_begins_its_next_plan_where_the_ideal_does(tmp_path):
+    """Under ``finish`` a worker still busy when an iteration starts takes its plan once its last result is in, and
+    begins it when it sent that result (its free time). The streaming master set its expected free time from its own
+    clock when it noticed (ms later), so the ideal of that worker's plan was late and iterations ended up to 45 ms
+    before their ideal (issue 28: 1-5 of 20 iterations); the one-message path already used the worker's time."""
+    spec = _spec({"name": "partial_coded", "s": 2}, n=8, iterations=20, seed=2,
+                 delay={"name": "pareto", "alpha": 2.0, "t_m": 1.0, "comm": 0.5})
+    proc, out = _run_mpi(spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi = _records(out)
+    assert sum(r["stale"] for r in mpi) > 0          # late workers were there
+    _no_iteration_beats_its_ideal(mpi)
+
+
 def test_streamed_messages_with_communication_time_on_mpi(tmp_path):
     """A chunk's message arrives ``comm`` after the chunk ended: the worker sends it before its next chunk when
     that leaves the next chunk's real work its time (``Worker._work_stream``), and the run agrees with the simulator:
