@@ -95,7 +95,7 @@ class Coded(Scheme):
         key = frozenset(int(i) for i in responders)
         hit = self._decodable.get(key)
         if hit is None:
-            if len(self._decodable) >= self._DECODABLE_CACHE:
+            if len(self._decodable) * self.n >= self._DECODABLE_CACHE:   # 2^20 workers held in all: ~60 MB
                 self._decodable.clear()
             F = sorted(key)
             hit = _least_squares_verdict(self.code, F) if self._least_squares else None
@@ -104,7 +104,7 @@ class Coded(Scheme):
             self._decodable[key] = hit
         return hit
 
-    _DECODABLE_CACHE = 1 << 16
+    _DECODABLE_CACHE = 1 << 20
 
     def stop_index(self, order) -> int | None:
         """The first prefix of ``order`` that decodes: where the MPI master, asking :meth:`done` after every
