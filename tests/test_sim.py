@@ -3,6 +3,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -560,3 +561,64 @@ def test_a_diverged_run_is_flagged_on_the_terminal_and_in_the_report(tmp_path, c
     assert main(["simulate", str(path), "--out", str(tmp_path / "one")]) == 0
     assert "warning: diverged: the loss grew" in capsys.readouterr().err
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["diverged"] is True
+
+
+# --- the timing-only fast paths (issue 30) ----------------------------------------------------------------------
+def _same(x, y) -> bool:
+    """Bit for bit: numpy arrays of the same dtype and values (NaN equal to NaN), dicts in the same key order."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        x, y = np.asarray(x), np.asarray(y)
+        return x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+    if isinstance(x, dict):
+        return isinstance(y, dict) and list(x) == list(y) and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, list):
+        return isinstance(y, list) and len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y, strict=True))
+    return type(x) is type(y) and (x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)))
+
+
+def test_arrival_order_is_the_stable_argsort():
+    from gradcode.clusters.driver import arrival_order
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for n in (1, 2, 7, 300, 5000):
+        cases += [rng.exponential(size=(4, n)), rng.exponential(size=n),
+                  np.round(rng.exponential(size=(3, n)), 1),                      # ties: by worker number
+                  1.0 + rng.integers(0, 1 << 14, size=(3, n)) * 2.0 ** -52,    # apart in the last bits only
+                  np.where(rng.random((2, n)) < 0.3, np.inf, rng.exponential(size=(2, n))),
+                  np.full((2, n), 3.0), np.zeros(n), -rng.exponential(size=n)]
+        if n > 1:
+            cases.append(np.array([0.5, np.nan] + [-0.0] * (n - 2)))
+    for T in cases:
+        np.testing.assert_array_equal(arrival_order(T), np.argsort(T, axis=-1, kind="stable"))
+
+
+FINISH_CASES = [("fastest_k", {"k": 5}), ("sync", {}), ("backup", {"b": 3}), ("adaptive_k_load", {}),
+                ("coded", {"code": "cyclic_mds", "s": 3}), ("coded", {"code": "fractional_repetition", "s": 1}),
+                ("coded", {"code": "expander", "s": 2, "wait": 8})]
+FINISH_DELAYS = [("pareto", {}), ("straggle", {"base": {"name": "constant"}, "count": 3, "extra": 2.5}),
+                 ("unresponsive", {"base": {"name": "exponential"}, "workers": [4]})]
+
+
+@pytest.mark.parametrize("delay_name, delay_params", FINISH_DELAYS)
+@pytest.mark.parametrize("name, params", FINISH_CASES)
+def test_timing_only_finish_gives_the_cluster_loops_records(name, params, delay_name, delay_params):
+    """A timing-only run with late workers finishing draws its delays ahead and skips the cluster object
+    (``sim._timing_finish``): the records of the cluster's own loop, bit for bit, key order included (ties of
+    constant delays, a worker that never answers, an MDS decode checked beyond n - s)."""
+    from gradcode.clusters.sim import SimulatedCluster
+
+    delay = make_delay(delay_name, **delay_params)
+    scheme = make_scheme(name, n=12, **params)
+    try:
+        fast = simulate(scheme, delay, iterations=70, seed=5, late_workers="finish", on_record=(seen := []).append)
+    except SimulationError as e:
+        scheme.reset()
+        with pytest.raises(SimulationError, match=re.escape(str(e))):   # the loop raises the same, records or not
+            SimulatedCluster(scheme, delay, None, seed=5, late_workers="finish", iterations=70).run()
+        assert name == "sync" and delay_name == "unresponsive"
+        return
+    scheme.reset()
+    loop = SimulatedCluster(scheme, delay, None, seed=5, late_workers="finish", iterations=70).run()
+    assert len(fast.records) == len(loop) == 70 and seen == fast.records
+    assert all(_same(a, b) for a, b in zip(fast.records, loop, strict=True))

@@ -154,11 +154,44 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
                      comm: np.ndarray) -> Arrivals:
     """Arrivals ``begin + compute + comm`` (the delay model's draws), ended by the stop policy."""
     arrive = begin + compute + comm
-    order = np.argsort(arrive, kind="stable")
+    order = arrival_order(arrive)
     order = order[np.isfinite(arrive[order])]
     responders = order[:policy.count(order, arrive, start, plan)].copy()   # not a view: records keep it
     end = float(arrive[responders[-1]])
     return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))
+
+
+def arrival_order(arrive: np.ndarray) -> np.ndarray:
+    """Workers by arrival time along the last axis, ties by worker number: ``np.argsort(arrive, axis=-1,
+    kind="stable")``, bit for bit, in about half its time (profile of issue 30: the stable sort was 60-70% of a
+    timing-only run at ``n = 10,000``).
+
+    Each time's bits (as an integer: monotone for times >= 0) get the worker number in their lowest bits, and the
+    integers are sorted (numpy's SIMD sort). That orders by the time with its last ``log2(n)`` mantissa bits
+    dropped, then by worker: the stable order, unless two times differ only in the dropped bits. Rows where two
+    neighbours share the kept bits are checked (their times must not decrease) and sorted again the slow way if
+    not; negative, NaN or non-float64 times, and huge ``n``, take the slow way.
+    """
+    arrive = np.asarray(arrive)
+    n = arrive.shape[-1] if arrive.ndim else 0
+    bits = max(1, (n - 1).bit_length())
+    if arrive.dtype != np.float64 or arrive.ndim not in (1, 2) or n < 2 or bits > 24 or not np.all(arrive >= 0):
+        return np.argsort(arrive, axis=-1, kind="stable")
+    low = np.uint64((1 << bits) - 1)
+    keys = (arrive + 0.0).view(np.uint64) & ~low       # + 0.0: -0.0 as 0.0 (its sign bit would sort it last)
+    keys |= np.arange(n, dtype=np.uint64)
+    keys.sort(axis=-1)
+    order = (keys & low).view(np.int64)                # < 2^24: the same numbers (astype copied at 20 ns each)
+    keys &= ~low
+    shared = keys[..., 1:] == keys[..., :-1]            # neighbours whose order the dropped bits might decide
+    if shared.any():
+        rows = np.atleast_2d(shared).any(axis=-1)
+        order2 = np.atleast_2d(order)
+        for r in np.flatnonzero(rows):
+            times = np.atleast_2d(arrive)[r, order2[r]]
+            if np.any(times[1:] < times[:-1]):
+                order2[r] = np.argsort(np.atleast_2d(arrive)[r], kind="stable")
+    return order
 
 
 def work_done(plan: Plan, begin: np.ndarray, compute: np.ndarray, end: float, started: np.ndarray,

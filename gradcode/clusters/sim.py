@@ -50,13 +50,14 @@ from .driver import (
     SimulationError,
     StopPolicy,
     all_reduce_schedule,
+    arrival_order,
     default_lr,
     master_iteration,
     stream_iteration,
     work_done,
 )
 from .footprint import check_memory
-from .records import RecordWriter, build_record, summarize, worker_times, write_summary
+from .records import WORKER_TIMES_MAX_N, RecordWriter, build_record, summarize, worker_times, write_summary
 
 __all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
 
@@ -119,6 +120,9 @@ def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, see
             for rec in records:
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
+    if _finish_vectorizable(scheme, workload, late_workers, time_budget):
+        records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations))
+        return SimResult(records, summarize(records), params=None)
     cluster = SimulatedCluster(scheme, delay, workload, seed=seed, late_workers=late_workers, on_record=on_record,
                                progress=progress, iterations=iterations, lr=lr, loss_every=loss_every,
                                target_loss=target_loss, time_budget=time_budget, **training)
@@ -172,6 +176,16 @@ def stop_counts(scheme: Scheme, plan: Plan, order: np.ndarray, response: np.ndar
     return counts
 
 
+def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
+    """Timing only, late workers finish, one message per plan: the delays are drawn ahead, a block of iterations at
+    a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load); the
+    iterations themselves stay one after the other (a late worker begins when it is free)."""
+    if (workload is not None or late_workers != "finish" or scheme.decentralized or scheme.streams
+            or time_budget is not None):
+        return False
+    return not scheme.plan(0).chunked
+
+
 _BLOCK = 1 << 22   # draws per vectorised block (32 MB per array)
 
 
@@ -188,7 +202,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
         T = compute + comm
-        order = np.argsort(T, axis=1, kind="stable")
+        order = arrival_order(T)
         m = stop_counts(scheme, plan, order, T)
         order = order[:, :m.max()].copy()   # records keep the responders, not all n
         kth = np.take_along_axis(T, order[np.arange(len(m)), m - 1][:, None], axis=1)[:, 0]
@@ -210,6 +224,47 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
                 combined=None, loss=None, grad_error=None,
                 measured={"used": float(load[responders].sum()), **times}, as_lists=False))
         clock = float(ends[-1])
+    return records
+
+
+def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, chunk: int = 256) -> list[dict]:
+    """:meth:`SimulatedCluster.gather` and :meth:`Driver.conclude_gather` of a timing-only run with late workers
+    finishing, the same arithmetic in the same order (the same records, bit for bit), without a cluster object and
+    with the delays drawn ``chunk`` iterations at a time."""
+    n = scheme.n
+    policy = StopPolicy(scheme)
+    chunk = max(1, min(chunk, _BLOCK // n))
+    records: list[dict] = []
+    clock, free = 0.0, np.zeros(n)
+    for t0 in range(0, iterations, chunk):
+        plans = [scheme.plan(t) for t in range(t0, min(t0 + chunk, iterations))]
+        loads = plans[0].load
+        if not all(p.load is loads for p in plans):
+            loads = np.stack([np.broadcast_to(np.asarray(p.load, dtype=float), (n,)) for p in plans])
+        compute, comm = delay.sample(seed, np.arange(t0, t0 + len(plans)), n, loads)
+        for j, plan in enumerate(plans):
+            start = clock
+            begin = np.maximum(start, free)
+            it = master_iteration(policy, plan, start, begin, compute[j], comm[j])
+            done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
+            free = np.where(it.started, it.arrive, free)
+            clock = it.end
+            load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
+            used_w = np.zeros(n)
+            used_w[it.responders] = load[it.responders]
+            total, used = float(np.sum(done)), float(used_w.sum())
+            measured = {"used": used, **_master_times(start, it, compute[j], comm[j], as_lists=False)}
+            rec = build_record(scheme, plan.t, start, it.end, ideal_end=it.end, responders=it.responders,
+                               load=plan.load, messages=int(it.started.sum()), computed=total, wasted=total - used,
+                               combined=None, loss=None, grad_error=None, measured=measured,
+                               state=scheme.record(), metrics={}, as_lists=False)
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+        if bar is not None:
+            bar.update(len(plans))
+    if bar is not None:
+        bar.close()
     return records
 
 
@@ -325,6 +380,8 @@ def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
 def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
     """A master iteration's worker times: the plan taken up at ``begin``, sent ``compute`` later, arrived ``comm``
     after that; sent and arrival only for a message that arrived by the end (as on MPI, where no other is known)."""
+    if len(compute) >= WORKER_TIMES_MAX_N:
+        return {}    # worker_times leaves them out
     took = it.started
     answered = took & (it.arrive <= it.end)
     return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=np.where(took, compute, np.nan),
@@ -352,6 +409,8 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:
     """The vectorised timing path's worker times (every worker begins at ``start``; arrival by ``kth`` counts)."""
+    if len(compute) >= WORKER_TIMES_MAX_N:
+        return {}    # worker_times leaves them out
     answered = response <= kth
     return worker_times(start, plan_received=np.full(len(compute), start), compute=compute,
                         sent=np.where(answered, start + compute, np.nan),
