@@ -8,7 +8,10 @@
    fastest_k with ``k = n - s``.
 2. Full training: least squares, n = 100 workers, d = 1000, mini-batches of 10 samples per partition, in iterations
    per second. Target: >= 500/s and >= 0.95x the baseline in the same run: the bare gradient computation of the
-   same partitions (what any simulator must spend), so the ratio is the simulator's own overhead.
+   same partitions and the loss evaluations the run asks for (every 50 iterations and the last: each a pass over
+   all 20,000 samples, ~10 iterations' gradients), what any simulator must spend, so the ratio is the simulator's
+   own overhead. ``ratio_to_gradients`` is the ratio to the gradients alone (this benchmark's ratio before
+   issue 30, which counted the loss evaluations as overhead).
 
 Each repeat times the baseline and the simulator one after the other (interleaved, so load from other processes
 falls on both); the ratio is of the medians.
@@ -31,6 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from gradcode import make_delay, make_scheme, make_workload, simulate
+
+LOSS_EVERY = 50   # the runs' loss evaluations, and the last iteration's (cluster.evaluates_loss): in the baseline too
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
@@ -111,14 +116,18 @@ def main() -> None:
             scheme = make_scheme(name, n=n, batch=batch, **params)
             parts = scheme.plan(0).n_parts
             sec = interleaved({
-                "baseline": lambda p=parts: [wl.gradients(w, t, range(p), p, batch) for t in range(iters)],
-                "sim": lambda s=scheme: simulate(s, delay, wl, iterations=iters, seed=0, loss_every=50)},
+                "gradients": lambda p=parts: [wl.gradients(w, t, range(p), p, batch) for t in range(iters)],
+                "losses": lambda: [wl.loss(w) for t in range(iters) if t % LOSS_EVERY == 0 or t == iters - 1],
+                "sim": lambda s=scheme: simulate(s, delay, wl, iterations=iters, seed=0, loss_every=LOSS_EVERY)},
                 args.repeats, clock)
+            base = sec["gradients"] + sec["losses"]
             rows.append({"case": f"training {name}, least squares n={n}, d=1000, batch {batch}",
                          "iterations_per_second": iters / sec["sim"],
-                         "baseline_gradients_per_second": iters / sec["baseline"],
-                         "ratio_to_baseline": sec["baseline"] / sec["sim"], "target": ">= 500/s, >= 0.95x",
-                         "met": iters / sec["sim"] >= 500 and sec["baseline"] / sec["sim"] >= 0.95})
+                         "baseline_gradients_per_second": iters / sec["gradients"],
+                         "ratio_to_gradients": sec["gradients"] / sec["sim"],
+                         "loss_evaluations_seconds": sec["losses"],
+                         "ratio_to_baseline": base / sec["sim"], "target": ">= 500/s, >= 0.95x",
+                         "met": iters / sec["sim"] >= 500 and base / sec["sim"] >= 0.95})
 
     for row in rows:
         shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}

@@ -136,8 +136,17 @@ def worker_times(start: float, *, plan_received, compute, sent, arrived, delay, 
               nan if delay is None else np.asarray(delay, dtype=float))
     if not as_lists:
         return dict(zip(WORKER_TIME_KEYS, values, strict=True))
-    return {key: [None if math.isnan(x) else x for x in v.tolist()]
-            for key, v in zip(WORKER_TIME_KEYS, values, strict=True)}
+    return {key: _nan_as_none(v) for key, v in zip(WORKER_TIME_KEYS, values, strict=True)}
+
+
+def _nan_as_none(values: np.ndarray) -> list:
+    """A float array as a list with None for NaN (the NaN-free case without a per-element test)."""
+    listed = values.tolist()
+    nan = np.isnan(values)
+    if nan.any():
+        for i in np.flatnonzero(nan).tolist():
+            listed[i] = None
+    return listed
 
 
 def record_worker_times(rec: dict[str, Any], key: str) -> np.ndarray | None:

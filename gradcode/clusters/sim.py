@@ -372,8 +372,9 @@ def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
 
 def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
     """``[begin, arrival]`` of every worker that took up this iteration's plan (None for the others)."""
-    return [[float(b), float(a)] if ok and math.isfinite(a) else None
-            for b, a, ok in zip(begin, arrive, started, strict=True)]
+    return [[b, a] if ok and math.isfinite(a) else None     # lists first: iterating arrays makes numpy scalars
+            for b, a, ok in zip(np.asarray(begin, dtype=float).tolist(), np.asarray(arrive, dtype=float).tolist(),
+                                np.asarray(started).tolist(), strict=True)]
 
 
 # --- per-worker times for the records (gradcode.clusters.records.worker_times): NaN where a worker took no part -
