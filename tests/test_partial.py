@@ -427,3 +427,15 @@ def test_docstring_examples_run(module):
     mod = importlib.import_module(f"gradcode.schemes.{module}")
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+def test_a_timing_only_run_takes_any_l():
+    """Without a workload there is no model size for ``l`` to divide: a timing-only run of ``l = 2`` ran into
+    ``message_size(1)``'s ConfigError (issue 30's study of ``l``); it runs, and a chunk needs two copies."""
+    from gradcode import make_delay, simulate
+
+    runs = {l: simulate(make_scheme("partial_coded", n=6, s=2, l=l), make_delay("pareto", comm=0.5), iterations=8,
+                        seed=1) for l in (1, 2, 3)}
+    times = [runs[l].summary["mean_iteration_time"] for l in (1, 2, 3)]
+    assert times[0] < times[1] < times[2]
+    assert all("floats" not in r for run in runs.values() for r in run.records)

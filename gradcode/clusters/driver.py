@@ -436,10 +436,9 @@ class Driver:
 
         def fill() -> dict[str, Any]:
             computed_w, used_w = stream.computed(plan), stream.used(self.scheme, plan)
-            d = self.w.size if self.w is not None else 1
-            fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(d))
-            if self.w is None:   # timing only: totals alone (n may be large; no model size, so no floats)
-                fields = {}
+            fields = {}          # timing only: totals alone (n may be large; no model size, so no floats)
+            if self.w is not None:
+                fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(self.w.size))
             responders = list(dict.fromkeys(i for i, _ in stream.received))
             computed, used = float(computed_w.sum()), float(used_w.sum())
             return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
