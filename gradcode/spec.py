@@ -36,6 +36,7 @@ the spec is loaded, before anything runs.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,7 +342,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
         raise ConfigError(f"[delay] {err}") from None
     if workload is None and spec.workload is not None:
         try:
-            workload = make_workload(spec.workload)
+            workload = _shared_workload(spec.workload, make_workload)
         except ConfigError as err:
             raise ConfigError(f"[workload] {err}") from None
     schemes = []
@@ -357,6 +358,33 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
         except ConfigError as err:
             raise ConfigError(f"[scheme {name}] {err}") from None
     return schemes, delay, workload
+
+
+_SHARED: dict[str, Any] = {}    # the last workload built from a spec table (see _shared_workload)
+
+
+def _shared_workload(table: dict[str, Any], make_workload):
+    """``make_workload(table)``, kept for the next build of the same table in this process when it is one of
+    gradcode's own workloads generated from its parameters (no ``data`` file, which may change on disk): checking
+    a spec, each run of a comparison and each sweep cell built it again, 2-3 times per run (issue 30: 480
+    least-squares optima, 14 s of a 40 s sweep of 24 cells). gradcode only reads a workload (a run copies
+    ``init_params``; partition bounds are a cache), and a forked pool worker inherits the one the sweep built
+    while checking its cells. One table is kept, so at most one workload outlives its runs."""
+    from .registry import WORKLOADS
+
+    name = table.get("name")
+    try:
+        key = json.dumps(table, sort_keys=True)
+        own = isinstance(name, str) and WORKLOADS.get(name).__module__.startswith("gradcode.")
+    except (TypeError, ValueError, ConfigError):
+        own = False
+    if not own or table.get("data") is not None:
+        return make_workload(table)
+    if key not in _SHARED:
+        built = make_workload(table)
+        _SHARED.clear()
+        _SHARED[key] = built
+    return _SHARED[key]
 
 
 def _takes_run_batch(cls) -> bool:

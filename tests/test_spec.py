@@ -94,13 +94,33 @@ def test_simulate_command_reports_errors_without_traceback(tmp_path):
 
 def test_an_mpi_rank_builds_the_workload_once(monkeypatch):
     """``load_run`` checks the spec by building everything; ``RunConfig.build()`` reuses that workload, so an MPI rank
-    builds it once. A later ``build()`` (another run) gets a new workload, scheme and delay model."""
+    builds it once. A later ``build()`` (another run) gets a new scheme and delay model, and the same workload
+    (gradcode's own workloads are shared within a process: issue 30); another workload table builds anew."""
+    import gradcode.spec as spec_module
+
     built, make = [], workloads.make_workload
     monkeypatch.setattr(workloads, "make_workload", lambda *a, **k: built.append(make(*a, **k)) or built[-1])
+    monkeypatch.setattr(spec_module, "_SHARED", {})
     cfg = load_run(base())
     scheme, delay, workload = cfg.build()
     assert len(built) == 1 and workload is built[0]
     scheme2, delay2, workload2 = cfg.build()
-    assert len(built) == 2 and workload2 is built[1]
+    assert len(built) == 1 and workload2 is workload
     assert scheme2 is not scheme and delay2 is not delay
-    np.testing.assert_array_equal(workload2.X, workload.X)     # deterministic: the same data either way
+    other = base()
+    other["workload"]["seed"] = 1 + other["workload"].get("seed", 0)
+    workload3 = load_run(other).build()[2]
+    assert len(built) == 2 and workload3 is built[1] and not np.array_equal(workload3.X, workload.X)
+    assert load_run(base()).build()[2] is not workload     # only the last table is kept
+
+
+def test_a_workload_read_from_a_file_is_built_every_time(tmp_path):
+    """A ``data`` file may change between two runs: such a workload is never shared."""
+    from gradcode.spec import build
+
+    path = tmp_path / "d.csv"
+    path.write_text("".join(f"{i % 7},{i % 3},{i % 5}\n" for i in range(40)))
+    raw = base()
+    raw["workload"] = {"name": "least_squares", "data": str(path)}
+    spec = load_spec(raw)
+    assert build(spec)[2] is not build(spec)[2]
