@@ -35,7 +35,7 @@ import numpy as np
 
 from gradcode import make_delay, make_scheme, make_workload, simulate
 
-LOSS_EVERY = 50   # the runs' loss evaluations, and the last iteration's (cluster.evaluates_loss): in the baseline too
+LOSS_EVERY = 50   # the runs' loss evaluations and the last iteration's (evaluates_loss): in the baseline too
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 

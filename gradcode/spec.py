@@ -370,7 +370,7 @@ def _shared_workload(table: dict[str, Any], make_workload):
     least-squares optima, 14 s of a 40 s sweep of 24 cells). gradcode only reads a workload (a run copies
     ``init_params``; partition bounds are a cache), and a forked pool worker inherits the one the sweep built
     while checking its cells. One table is kept, so at most one workload outlives its runs."""
-    from .registry import WORKLOADS
+    from .plumbing.registry import WORKLOADS
 
     name = table.get("name")
     try:
