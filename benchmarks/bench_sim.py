@@ -27,11 +27,16 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread, as the Makefile's targets and docs/benchmarks.md's machine: with two on a shared 2-core host a
+# decode's small least-squares solve stalls for milliseconds (coded training, loaded host: 20.7 s vs 2.2 s)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402  (after the BLAS setting)
 
 from gradcode import make_delay, make_scheme, make_workload, simulate
 
