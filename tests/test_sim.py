@@ -577,11 +577,11 @@ def _same(x, y) -> bool:
 
 
 def test_arrival_order_is_the_stable_argsort():
-    from gradcode.clusters.driver import arrival_order
+    from gradcode.clusters.driver import KEYED_SORT_MIN, arrival_order
 
     rng = np.random.default_rng(0)
     cases = []
-    for n in (1, 2, 7, 300, 5000):
+    for n in (1, 2, 7, 300, KEYED_SORT_MIN, 9000):     # the keyed sort from KEYED_SORT_MIN workers on
         cases += [rng.exponential(size=(4, n)), rng.exponential(size=n),
                   np.round(rng.exponential(size=(3, n)), 1),                      # ties: by worker number
                   1.0 + rng.integers(0, 1 << 14, size=(3, n)) * 2.0 ** -52,    # apart in the last bits only
