@@ -270,12 +270,8 @@ class Code:
     def _decode(self, F: np.ndarray, method: str) -> Decoding:
         if method == "auto":
             if self.exact:
-                # a stop rule asked is_decodable (method "exact") for this set first: the same solve, done once
-                known = self._cache.get(("exact", F.dtype.str, F.tobytes()))
                 try:
-                    if isinstance(known, NotDecodableError):
-                        raise known.with_traceback(None)
-                    return known if isinstance(known, Decoding) else self._decode(F, "exact")
+                    return self._decode(F, "exact")
                 except NotDecodableError as err:
                     # not decodable, or ill-conditioned: fall back to the best approximation, and say so
                     return self._fallback(F, err)
