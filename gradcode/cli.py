@@ -1,5 +1,5 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``sweep``, ``trace export``, ``report``."""
+``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
 
 from __future__ import annotations
 
@@ -70,9 +70,31 @@ def _parser() -> argparse.ArgumentParser:
                                      "compare`, with --run)")
     exp.add_argument("--out", required=True, help="the CSV file to write")
     exp.add_argument("--run", help="in a compare folder: which run (a folder name under runs/)")
+    _cluster_parser(sub)
     rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
     rep.add_argument("folder", help="a folder written by `gradcode compare`")
     return p
+
+
+def _cluster_parser(sub) -> None:
+    clu = sub.add_parser("cluster", help="an emulated cluster on this machine: hosts as network namespaces (root)")
+    clu_sub = clu.add_subparsers(dest="cluster_command", required=True)
+    up = clu_sub.add_parser("up", help="make the hosts; prints the hostfile and the environment for mpiexec")
+    run = clu_sub.add_parser("run", help="make the hosts, run COMMAND with the environment (GRADCODE_HOSTFILE, "
+                                         "HYDRA_LAUNCHER_EXEC, ...), remove the hosts however it ends")
+    for p in (up, run):
+        p.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3)")
+        p.add_argument("--slots", type=int, default=3, help="ranks per host in the hostfile (default 3)")
+        p.add_argument("--rate", action="append", metavar="HOST:RATE",
+                       help="limit host HOST's link both ways (tc tbf), e.g. 1:20mbit; repeatable")
+        p.add_argument("--cpu", action="append", metavar="HOST:CORES",
+                       help="limit host HOST's processes to CORES cores (cgroup cpu quota), e.g. 2:0.25; repeatable")
+    down = clu_sub.add_parser("down", help="remove the hosts (idempotent: nothing to remove is fine)")
+    status = clu_sub.add_parser("status", help="the hosts, their addresses and limits, and how to use them")
+    for p in (up, run, down, status):
+        p.add_argument("--prefix", default="host", help="host names PREFIX0, PREFIX1, ... (default host)")
+        p.add_argument("--dir", help="folder of hostfile, launcher, env.sh (default /run/gradcode-cluster/PREFIX)")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
 def _run_overrides(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +238,43 @@ def _trace(args) -> int:
     return 0
 
 
+def _cluster(args) -> int:
+    from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, parse_limits
+
+    if args.cluster_command in ("down", "status"):
+        c = EmulatedCluster.from_folder(args.prefix, args.dir)
+        if args.cluster_command == "down":
+            gone = c.down()
+            print(f"removed {' '.join(gone)}" if gone else f"no hosts {args.prefix}0.. to remove")
+        else:
+            print(_cluster_text(c) if c.launcher.is_file() else f"no emulated cluster with prefix {args.prefix}")
+        return 0
+    rate = parse_limits(args.rate, "rate", args.hosts)
+    cpu = parse_limits(args.cpu, "cpu", args.hosts)
+    c = EmulatedCluster(args.hosts, slots=args.slots, prefix=args.prefix, folder=args.dir, rate=rate, cpu=cpu)
+    if args.cluster_command == "up":
+        c.up()
+        print(_cluster_text(c))
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise ClusterError("gradcode cluster run: give the command after --")
+    import subprocess
+
+    with c:
+        print(_cluster_text(c), flush=True)
+        return subprocess.run(command, env={**os.environ, **c.env()}).returncode
+
+
+def _cluster_text(c) -> str:
+    lines = [f"{name}  {c.address(i)}" + (f"  link {c.rate[i]}" if i in c.rate else "")
+             + (f"  cpu {c.cpu[i]:g} cores" if i in c.cpu else "") for i, name in enumerate(c.names)]
+    return "\n".join(lines + [f"hostfile {c.hostfile} ({c.slots} slots a host); to use it:",
+                              f"  . {c.folder / 'env.sh'}",
+                              f"  gradcode run SPEC --out DIR --hostfile {c.hostfile}",
+                              f"  gradcode cluster down --prefix {c.prefix}"])
+
+
 def _report(args) -> int:
     from .output.report import report_main
 
@@ -223,4 +282,4 @@ def _report(args) -> int:
 
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
-             "compare": _compare, "sweep": _sweep, "trace": _trace, "report": _report}
+             "compare": _compare, "sweep": _sweep, "trace": _trace, "report": _report, "cluster": _cluster}
