@@ -128,18 +128,23 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as err:     # noqa: BLE001 - any error on any rank must end the whole job
         code = 2 if isinstance(err, ConfigError) else 1
         what = "error" if isinstance(err, (ConfigError, RunFailure)) else f"crashed ({type(err).__name__})"
-        print(f"mpi_runtime: {who([rank])} {what}: {err}", file=sys.stderr, flush=True)
+        host = f" (on host {MPI.Get_processor_name()})"
+        print(f"mpi_runtime: {who([rank])} {what}: {err}{host}", file=sys.stderr, flush=True)
         if rank == 0:
             job.write_failure(str(err) if what == "error" else f"{what}: {err}")
         elif not isinstance(err, MasterLost):
-            # rank 0 names this rank, writes its summary and aborts the job; abort here if it does not
-            job.peers.report_failure(f"{what}: {err}", patience=job.grace + 1.0)
+            # rank 0 names this rank (and its host), writes its summary and aborts the job; abort here if it does not
+            job.peers.report_failure(f"{what}: {err}{host}", patience=job.grace + 1.0)
         time.sleep(0.3)    # let the launcher forward the message before MPI_Abort tears the job down
         world.Abort(code)
         return
     if hung:
         # the run is complete and on disk; only MPI_Abort can end the hung ranks
         world.Abort(0)
+    MPI.Finalize()
+    # Hydra (-disable-auto-cleanup) signals SIGUSR1 to every rank whenever a rank's PMI socket closes, so also while
+    # this process ends: after MPI_Finalize that signal has nothing left to say
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     sys.exit(0)
 
 

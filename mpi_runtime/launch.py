@@ -39,6 +39,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,11 @@ SURVIVE_DEATH = ["sh", "-c", '"$@" & c=$!; trap "kill -USR1 $c 2>/dev/null" USR1
                  '[ $t -eq 127 ] && t=$s; case $t in 132|134|135|136|137|139) echo "gradcode: rank '
                  '${PMI_RANK:-${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-?}}} (process $c) ended on signal $((t - 128))" '
                  '>&2;; esac; exit $t; done', "sh"]
+
+# On several hosts the shell around each rank is rankshell.py instead: it also drops its copy of the rank's PMI socket
+# and lingers a second after the rank, so that no host's proxy exits while mpiexec may still signal it (MPICH's
+# mpiexec then died of SIGPIPE: `gradcode run` exited 243 in 3 of 40 runs across 3 emulated hosts).
+RANK_SHELL = Path(__file__).resolve().with_name("rankshell.py")
 
 
 def find_mpiexec(explicit: str | None = None) -> str:
@@ -157,7 +163,10 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
         cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
         cmd += (["--hostfile", hostfile] if flavor == "openmpi" else ["-f", hostfile])
-    cmd += SURVIVE_DEATH      # every launcher: the shell names a rank that dies on a signal (see SURVIVE_DEATH)
+    if hostfile is None:
+        cmd += SURVIVE_DEATH      # every launcher: the shell names a rank that dies on a signal (see SURVIVE_DEATH)
+    else:                         # several hosts: the same, and a clean end across them (rankshell.py)
+        cmd += [python or sys.executable, str(RANK_SHELL)]
     cmd += [python or sys.executable, "-m", "mpi4py", "-m", "mpi_runtime", str(spec), "--out", str(out)]
     return cmd + list(extra or [])
 
@@ -198,8 +207,39 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     if hostfile is None:     # one host: all n + 1 ranks here (with a hostfile the estimate says nothing per host)
         check_mpi_memory(scheme_, workload, cfg.iterations)
     with FolderLock(writable_folder(out)) as lock:
-        return _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
+        code = _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
                        mpiexec=mpiexec, timeout=timeout, echo=echo)
+    for line in summary_lines(Path(out), code):
+        echo(line)
+    return code
+
+
+def summary_lines(out: Path, code: int) -> list[str]:
+    """What ``gradcode run`` prints when the job has ended, from ``out/summary.json`` (as ``gradcode simulate``
+    prints its summary): the scheme and iterations, the mean iteration time, the overhead ratio, the final loss, the
+    error if any, the exit status if not 0, and where the files are."""
+    try:
+        s = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return [f"gradcode run: the job ended with exit status {code} and wrote no {out / 'summary.json'}"]
+    scale = s.get("time_scale") or 1.0
+    lines = [f"gradcode run: {s.get('scheme', '?')}, {s.get('iterations', 0)} iterations on MPI"]
+    mean = s.get("mean_iteration_time")
+    if isinstance(mean, (int, float)):
+        lines.append(f"  mean iteration time  {mean:.4g} model units ({mean * scale * 1e3:.4g} ms)")
+    ratio = s.get("overhead_ratio")
+    lines.append("  overhead ratio       " + (f"{ratio:.4g} (measured / ideal time)" if isinstance(ratio, float)
+                                              else f"none ({s.get('overhead_ratio_note', 'no ideal time')})"))
+    loss = s.get("final_loss")
+    if isinstance(loss, (int, float)):
+        lines.append(f"  final loss           {loss:.6g}")
+    if s.get("error"):
+        lines.append(f"  error                {s['error']}")
+    if code != 0:
+        lines.append(f"  exit status          {code}")
+    files = [f for f in ("records.jsonl", "summary.json", "params.npy") if (out / f).exists()]
+    lines.append(f"  wrote {out}/ ({', '.join(files)})")
+    return lines
 
 
 def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, hostfile: str | None,
@@ -208,13 +248,16 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     for key, value in overrides.items():
         extra += [f"--{key}", str(value)]
     cmd, env, flavor = prepare(spec, out, cfg.workers + 1, mpiexec=mpiexec, hostfile=hostfile, extra=extra)
-    shown = {k: env[k] for k in sorted(env) if k.startswith(("MPIR_", "OMPI_", "OPENBLAS", "PYTHONPATH"))}
+    shown = {k: env[k] for k in sorted(env) if k.startswith(("MPIR_", "OMPI_", "HYDRA_", "OPENBLAS", "PYTHONPATH"))}
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
         code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
                          started=(STARTED, startup_bound(cfg)))
         diverged(Path(out), echo)
+        if code < 0:    # the launcher itself died on a signal: say so, and exit as a shell would (128 + N)
+            echo(f"# {Path(cmd[0]).name} ended on signal {-code} ({_signal_name(-code)})")
+            code = 128 - code
         return code
     except subprocess.TimeoutExpired:
         echo(f"# the job did not finish within {timeout:g} s and was killed")
@@ -237,6 +280,11 @@ def diverged(out: Path, echo) -> None:
         return
     if isinstance(summary, dict) and summary.get("diverged"):
         echo(f"# warning: {summary['divergence_note']}")
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
 
 
 STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the Python interpreters
