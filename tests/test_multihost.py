@@ -1,0 +1,248 @@
+"""The MPI cluster across three hosts: an emulated cluster of network namespaces (``gradcode cluster``,
+``mpi_runtime/cluster_emu.py``), one proxy per host, the payloads in messages (no shared memory between hosts).
+
+Needs root (namespaces, ``/etc/netns``): without it every test here is skipped with the reason (CI runs as root and
+runs them). MPI is never optional: a missing ``mpiexec`` fails, as in ``tests/test_mpi.py``. One cluster (3 hosts,
+2 slots each: 1 master + 4 workers puts ranks 0-1 on host 0, 2-3 on host 1, 4 on host 2) serves the module.
+``GRADCODE_TEST_MPIEXEC`` names another launcher (the CI's Open MPI subset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomli_w
+
+from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, missing_requirements
+from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
+from tests.test_mpi import _master_gaps, _records, _separated, _simulated, _spec
+
+TIMEOUT = 120
+PREFIX = f"t{os.getpid() % 100000}"
+MPIEXEC = os.environ.get("GRADCODE_TEST_MPIEXEC") or None
+WHY_NOT = missing_requirements(rate=True)
+needs_root = pytest.mark.skipif(WHY_NOT is not None, reason=f"no emulated cluster here: {WHY_NOT}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if WHY_NOT is not None:
+        pytest.skip(f"no emulated cluster here: {WHY_NOT}")
+    with EmulatedCluster(3, slots=2, prefix=PREFIX, folder=tmp_path_factory.mktemp("cluster")) as c:
+        yield c
+    assert not set(c.names) & set(_netns()), "down left namespaces behind"
+
+
+def _netns() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _run(cluster, spec: dict, tmp_path: Path, *, env_extra: dict | None = None, timeout: float = TIMEOUT):
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    out = tmp_path / "out"
+    cmd, env, _ = prepare(path, out, spec["cluster"]["workers"] + 1, hostfile=str(cluster.hostfile), mpiexec=MPIEXEC)
+    env.update(cluster.env())
+    env.update(env_extra or {})
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, out
+
+
+# --- the tool ---------------------------------------------------------------------------------------------------
+def test_not_root_is_a_clear_error(monkeypatch):
+    """Runs anywhere: without root the tool refuses before touching anything, and says why."""
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ClusterError, match="needs root"):
+        EmulatedCluster(2, prefix="tnoroot").up()
+    with pytest.raises(ClusterError, match="--rate"):
+        EmulatedCluster(2, prefix="tx", rate={5: "1mbit"})
+    with pytest.raises(ClusterError, match="--prefix"):
+        EmulatedCluster(2, prefix="Bad-Name")
+
+
+def test_hosts_are_separate_nodes(cluster):
+    """Every host has its own name and address and resolves the others; MPI sees three nodes."""
+    script = ("from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; "
+              "n = c.Split_type(MPI.COMM_TYPE_SHARED).Get_size(); print(c.rank, socket.gethostname(), n)")
+    exe = find_mpiexec(MPIEXEC)
+    flavor = mpi_flavor(exe)
+    launcher = [exe, "-n", "5"] + (["-f", str(cluster.hostfile)] if flavor == "mpich"
+                                   else ["--hostfile", str(cluster.hostfile)])
+    env = {**environment(flavor), **cluster.env()}
+    proc = subprocess.run(launcher + [sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = sorted(line.split() for line in proc.stdout.splitlines())
+    assert [r[1] for r in rows] == [cluster.names[int(r[0]) // 2] for r in rows], rows
+    assert [int(r[2]) for r in rows] == [2, 2, 2, 2, 1]
+    hosts = (Path("/etc/netns") / cluster.names[1] / "hosts").read_text()
+    assert all(f"{cluster.address(i)}\t{name}" in hosts for i, name in enumerate(cluster.names))
+    bad = subprocess.run([str(cluster.launcher), "-x", "nohost", "true"], capture_output=True, text=True)
+    assert bad.returncode == 255 and "no host 'nohost'" in bad.stderr
+
+
+@needs_root
+def test_down_is_idempotent_and_removes_everything(tmp_path):
+    c = EmulatedCluster(2, prefix=f"{PREFIX}d", folder=tmp_path / "c", rate={1: "10mbit"}, cpu={0: 0.5})
+    c.up()
+    try:
+        assert set(c.names) <= set(_netns()) and (Path("/etc/netns") / c.names[0] / "hosts").is_file()
+        assert c.cgroup(0).is_dir()
+        with pytest.raises(ClusterError, match="exist already"):
+            EmulatedCluster(2, prefix=f"{PREFIX}d", folder=tmp_path / "c2").up()
+        sleeper = subprocess.Popen(c.exec_args(1) + ["sleep 300"])    # a process left running on a host
+    finally:
+        c.down()
+    assert sleeper.wait(timeout=10) != 0       # ended by down
+    c.down()                                   # twice: nothing to do, no error
+    assert not set(c.names) & set(_netns())
+    assert not (Path("/etc/netns") / c.names[0]).exists() and not c.cgroup(0).parent.exists()
+    assert subprocess.run(["ip", "link", "show", c.bridge], capture_output=True).returncode != 0
+
+
+# --- every kind of scheme across the hosts ------------------------------------------------------------------------
+@pytest.mark.parametrize("late", ["finish", "abandon"])
+def test_master_worker_across_hosts_agrees_with_simulator(cluster, late, tmp_path):
+    """fastest_k over 3 hosts, both late-worker rules: exit status 0, the simulator's responders every iteration and
+    its parameters, an overhead ratio near 1 (the payloads travel in messages between hosts)."""
+    def make(seed):
+        spec = _spec({"name": "fastest_k", "k": 2}, seed=seed, iterations=8)
+        spec["cluster"]["late_workers"] = late
+        return spec
+
+    spec = _separated(make, _master_gaps)
+    proc, out = _run(cluster, spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi, sim = _records(out), _simulated(spec)
+    assert [sorted(r["responders"]) for r in mpi] == [sorted(int(i) for i in r["responders"]) for r in sim.records]
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.95 < summary["overhead_ratio"] < 1.3, summary["overhead_ratio"]
+
+
+def test_streaming_across_hosts_is_exact(cluster, tmp_path):
+    """partial_coded (a message per chunk) over 3 hosts: every combined gradient exact, the simulator's parameters."""
+    spec = _spec({"name": "partial_coded", "s": 1, "l": 2}, iterations=6, seed=3)
+    proc, out = _run(cluster, spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi, sim = _records(out), _simulated(spec)
+    assert all(r["method"] == "exact" and r["grad_error"] <= 1e-10 for r in mpi)
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+    assert json.loads((out / "summary.json").read_text())["overhead_ratio"] < 1.3
+
+
+def test_allreduce_across_hosts_agrees_with_simulator(cluster, tmp_path):
+    """DropCompute (All-Reduce, every rank a peer) over 3 hosts: the simulator's micro-batch counts and parameters
+    (the deterministic spec of tests/test_mpi.py: every timer check 30 ms from tau)."""
+    delay = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
+    spec = _spec({"name": "dropcompute", "M": 3, "micro_load": 1.0, "tau": 8.3, "warmup": 2}, iterations=4,
+                 delay=delay)
+    proc, out = _run(cluster, spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    mpi, sim = _records(out), _simulated(spec)
+    assert [r["load"] for r in mpi] == [r["load"] for r in sim.records]
+    np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
+
+
+def test_natural_timing_across_hosts(cluster, tmp_path):
+    """No injected delay: real compute and real transfer between hosts, every worker's times recorded."""
+    spec = _spec({"name": "sync"}, iterations=5, delay={"name": "none"})
+    spec["run"]["time_scale"] = 1.0
+    proc, out = _run(cluster, spec, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["overhead_ratio"] is None and summary["iterations"] == 5
+    for rec in _records(out):
+        assert sorted(rec["responders"]) == [0, 1, 2, 3]
+        assert all(a is not None and 0 < a <= rec["end"] - rec["start"] + 1e-9 for a in rec["worker_arrived"])
+
+
+def test_gradcode_run_spans_the_hosts_and_prints_a_summary(cluster, tmp_path):
+    """The command a user types, unchanged but for --hostfile (the cluster's environment set)."""
+    path = tmp_path / "s.toml"
+    path.write_text(tomli_w.dumps(_spec({"name": "fastest_k", "k": 3}, iterations=4)))
+    args = [sys.executable, "-m", "gradcode", "run", str(path), "--out", str(tmp_path / "o"),
+            "--hostfile", str(cluster.hostfile)] + (["--mpiexec", MPIEXEC] if MPIEXEC else [])
+    proc = subprocess.run(args, env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "gradcode run: fastest_k, 4 iterations on MPI" in proc.stdout
+    assert re.search(r"overhead ratio +\d\.\d+ \(measured / ideal time\)", proc.stdout), proc.stdout
+    assert "final loss" in proc.stdout and f"wrote {tmp_path / 'o'}/ (records.jsonl, summary.json" in proc.stdout
+
+
+# --- faults on a remote host ----------------------------------------------------------------------------------
+def test_remote_crash_is_named_with_rank_and_host(cluster, tmp_path):
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10, grace=2.0)
+    proc, out = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3"}, timeout=60)
+    assert proc.returncode != 0
+    host = cluster.names[2]
+    assert "rank 4 (worker 3) crashed (InjectedCrash): injected crash" in proc.stderr
+    assert f"(on host {host})" in proc.stderr, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["error"].startswith("rank 4 (worker 3) failed: crashed") and host in summary["error"]
+
+
+def test_remote_rank_killed_is_named_with_host(cluster, tmp_path):
+    """kill -9 of a rank on host 2 under sync (which needs every worker): the shell around it names the rank, its
+    process and its host, and the job fails (rank 0 cannot see a remote process: it names the rank after grace)."""
+    spec = _spec({"name": "sync"}, iterations=10, grace=2.0)
+    proc, _ = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3:kill"}, timeout=60)
+    assert proc.returncode != 0
+    assert re.search(rf"gradcode: rank 4 \(process \d+\) on host {cluster.names[2]} ended on signal 9", proc.stderr), \
+        proc.stderr
+
+
+def _pids(ns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
+    """kill -9 of host 2's proxy mid-run: its rank ends (no orphan on that host), the job fails instead of hanging,
+    and no process of the job is left on any host."""
+    spec = _spec({"name": "fastest_k", "k": 2}, iterations=400, grace=2.0)
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    out = tmp_path / "out"
+    cmd, env, _ = prepare(path, out, 5, hostfile=str(cluster.hostfile), mpiexec=MPIEXEC)
+    env.update(cluster.env())
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        records = out / "records.jsonl"
+        limit = time.monotonic() + 60
+        while not (records.exists() and records.read_text().count("\n") >= 2) and time.monotonic() < limit:
+            time.sleep(0.1)
+        assert records.exists(), "the run never started"
+        ns = cluster.names[2]
+        proxies = [p for p in _pids(ns) if Path(_cmdline(p).split(" ")[0]).name in ("hydra_pmi_proxy", "prted")]
+        assert len(proxies) == 1, [_cmdline(p) for p in _pids(ns)]
+        os.kill(proxies[0], signal.SIGKILL)
+        _, stderr = job.communicate(timeout=60)
+        assert job.returncode != 0
+        limit = time.monotonic() + 15
+        while any(str(path) in _cmdline(p) for n in cluster.names for p in _pids(n)) and time.monotonic() < limit:
+            time.sleep(0.2)
+        left = [_cmdline(p) for n in cluster.names for p in _pids(n) if str(path) in _cmdline(p)]
+        assert left == [], left
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
