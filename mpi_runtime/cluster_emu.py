@@ -192,7 +192,8 @@ class EmulatedCluster:
             (NETNS_ETC / name).mkdir(parents=True, exist_ok=True)
             (NETNS_ETC / name / "hosts").write_text(hosts)
             if i in self.rate:       # both ways: the host's sends (its eth0) and what it receives (the outer end)
-                tbf = ["tbf", "rate", str(self.rate[i]), "burst", "32kbit", "latency", "50ms"]
+                tbf = ["tbf", "rate", str(self.rate[i]), "burst", f"{_burst_bytes(self.rate[i])}b", "latency",
+                       "50ms"]
                 _sh("ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "eth0", "root", *tbf)
                 _sh("tc", "qdisc", "add", "dev", outer, "root", *tbf)
             if i in self.cpu:
@@ -268,6 +269,15 @@ class EmulatedCluster:
         found = [int(n[len(prefix):]) for n in (_netns_list() if _has_ip() else [])
                  if re.fullmatch(re.escape(prefix) + r"\d+", n)]
         return cls(max(found, default=0) + 1, prefix=prefix, folder=folder)
+
+
+RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+
+
+def _burst_bytes(rate: str) -> int:
+    """tbf's bucket: 10 ms at ``rate`` (at least 16 kB), so that the kernel's timer tick does not cap the rate lower."""
+    number, unit = re.fullmatch(r"([\d.]+)([a-z]+)", rate).groups()
+    return max(16_000, int(float(number) * RATE_UNITS[unit] / 8 / 100))
 
 
 def _raise_exit(signum, frame):
