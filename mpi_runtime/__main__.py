@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         world.Abort(0)
     MPI.Finalize()
     # Hydra (-disable-auto-cleanup) signals SIGUSR1 to every rank whenever a rank's PMI socket closes, so also while
-    # this process ends: after MPI_Finalize that signal has nothing left to say
+    # this process ends: after MPI_Finalize that signal has nothing left to say (SIG_IGN: Python's exit leaves it)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     sys.exit(0)
 

@@ -7,11 +7,12 @@ runs here and its proxies call it back). A host's commands run under ``unshare -
 hostname, so MPI sees separate nodes: ranks on different hosts talk over TCP, one proxy per host, payloads in
 messages instead of shared memory.
 
-It writes into its folder (default ``/run/gradcode-cluster/PREFIX``): ``hostfile`` (``host0:3`` a line), ``launcher``
+It writes into its folder (default ``/run/gradcode-cluster/PREFIX``): ``hostfile`` (``host0:3`` a line; Open MPI's
+``host0 slots=3`` in ``hostfile.openmpi``), ``launcher``
 (an ``ssh`` stand-in: ``launcher [ssh options] HOST COMMAND...`` runs ``COMMAND`` on ``HOST``, as ssh would, through
-``sh -c``), ``env.sh`` (``HYDRA_LAUNCHER=ssh``, ``HYDRA_LAUNCHER_EXEC=launcher``, ``OMPI_MCA_plm_rsh_agent=launcher``)
-and ``cluster.json``. Then ``gradcode run SPEC --hostfile FOLDER/hostfile`` spans the hosts unchanged (with
-``env.sh`` sourced), under MPICH's Hydra or Open MPI.
+``sh -c``), ``env.sh`` (``HYDRA_LAUNCHER=ssh``, ``HYDRA_LAUNCHER_EXEC=launcher``, ``OMPI_MCA_plm_rsh_agent=launcher``,
+``PRTE_MCA_plm_ssh_agent``) and ``cluster.json``. Then ``gradcode run SPEC --hostfile FOLDER/hostfile`` spans the
+hosts unchanged (with ``env.sh`` sourced), under MPICH's Hydra or Open MPI (``FOLDER/hostfile.openmpi``).
 
 A slow host for real: ``--rate 1:20mbit`` limits host 1's link both ways with a token bucket (``tc qdisc ... tbf``;
 this machine's kernel has no ``netem``), ``--cpu 2:0.25`` gives host 2's processes a quarter of one core (a cgroup
@@ -127,6 +128,14 @@ class EmulatedCluster:
         return self.folder / "hostfile"
 
     @property
+    def hostfile_openmpi(self) -> Path:
+        """The same hosts in Open MPI's syntax (``host0 slots=3``: Open MPI 5 reads ``host0:3`` as a host name)."""
+        return self.folder / "hostfile.openmpi"
+
+    def hostfile_for(self, flavor: str) -> Path:
+        return self.hostfile_openmpi if flavor == "openmpi" else self.hostfile
+
+    @property
     def launcher(self) -> Path:
         return self.folder / "launcher"
 
@@ -134,7 +143,9 @@ class EmulatedCluster:
         """What ``mpiexec`` needs to reach the hosts: Hydra's ssh launcher and Open MPI's rsh agent, both the
         launcher script."""
         return {"HYDRA_LAUNCHER": "ssh", "HYDRA_LAUNCHER_EXEC": str(self.launcher),
-                "OMPI_MCA_plm_rsh_agent": str(self.launcher), "GRADCODE_HOSTFILE": str(self.hostfile)}
+                "OMPI_MCA_plm_rsh_agent": str(self.launcher),      # Open MPI 4
+                "PRTE_MCA_plm_ssh_agent": str(self.launcher),      # Open MPI 5 (PRRTE)
+                "GRADCODE_HOSTFILE": str(self.hostfile), "GRADCODE_HOSTFILE_OPENMPI": str(self.hostfile_openmpi)}
 
     def address(self, host: int) -> str:
         assert self.subnet is not None
@@ -199,6 +210,7 @@ class EmulatedCluster:
             if i in self.cpu:
                 _make_cgroup(self.cgroup(i), self.cpu[i])
         self.hostfile.write_text("".join(f"{name}:{self.slots}\n" for name in self.names))
+        self.hostfile_openmpi.write_text("".join(f"{name} slots={self.slots}\n" for name in self.names))
         self.launcher.write_text(_launcher_script(self))
         self.launcher.chmod(0o755)
         (self.folder / "env.sh").write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env().items()))
@@ -228,7 +240,7 @@ class EmulatedCluster:
                 _empty_cgroup(sub)
                 with suppress(OSError):
                     sub.rmdir()
-        for file in ("hostfile", "launcher", "env.sh", "cluster.json"):
+        for file in ("hostfile", "hostfile.openmpi", "launcher", "env.sh", "cluster.json"):
             with suppress(FileNotFoundError):
                 (self.folder / file).unlink()
         with suppress(OSError):

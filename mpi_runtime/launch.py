@@ -157,8 +157,8 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
             hostfile: str | None = None, python: str | None = None, extra: list[str] | None = None) -> list[str]:
     """The full ``mpiexec ... python -m mpi4py -m mpi_runtime SPEC --out DIR`` command line."""
     cmd = [mpiexec, "-n", str(ranks)]
-    if flavor == "openmpi":
-        cmd.append("--oversubscribe")
+    if flavor == "openmpi" and hostfile is None:     # with a hostfile its slots say where ranks go (Open MPI 5
+        cmd.append("--oversubscribe")               # oversubscribes the first host instead of using the others)
     if flavor == "mpich":
         cmd.append("-disable-auto-cleanup")
     if hostfile is not None:

@@ -71,7 +71,13 @@ def main(argv: list[str]) -> int:
         except ChildProcessError:
             status = 0
             break
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # from here on SIGUSR1 says nothing. SIG_IGN, not a Python handler: Python's own exit puts its handlers back to
+    # SIG_DFL, and a SIGUSR1 then would kill this shell (seen: exit 138). When one arrived for the forwarding handler
+    # just before, Python raises "Signal 10 ignored due to race condition" after the change: nothing to do.
+    try:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    except OSError:
+        pass
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

@@ -30,7 +30,7 @@ import tomli_w  # noqa: E402
 from _common import table, write_report  # noqa: E402
 from capture_replay import mpi_spec, predict  # noqa: E402
 
-from gradcode.capture import export_trace  # noqa: E402
+from gradcode.study.capture import export_trace  # noqa: E402
 from mpi_runtime.cluster_emu import EmulatedCluster  # noqa: E402
 from mpi_runtime.launch import launch  # noqa: E402
 
