@@ -360,6 +360,25 @@ def test_gradcode_run_prints_command_and_writes_results(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "-m mpi4py -m mpi_runtime" in proc.stdout and "mpiexec" in proc.stdout
     assert len(_records(tmp_path / "o")) == 3
+    # it ends with a short summary, from summary.json, as `gradcode simulate` does
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    tail = proc.stdout.split("gradcode run: sync, 3 iterations on MPI\n", 1)[1]
+    assert f"mean iteration time  {summary['mean_iteration_time']:.4g} model units" in tail
+    assert f"overhead ratio       {summary['overhead_ratio']:.4g} (measured / ideal time)" in tail
+    assert f"final loss           {summary['final_loss']:.6g}" in tail
+    assert tail.rstrip().endswith(f"wrote {tmp_path / 'o'}/ (records.jsonl, summary.json, params.npy)")
+
+
+def test_run_summary_says_the_error_and_exit_status(tmp_path):
+    from mpi_runtime.launch import summary_lines
+
+    assert summary_lines(tmp_path, 1) == [f"gradcode run: the job ended with exit status 1 and wrote no "
+                                          f"{tmp_path / 'summary.json'}"]
+    (tmp_path / "summary.json").write_text(json.dumps({"scheme": "sync", "iterations": 2, "overhead_ratio": None,
+                                                       "overhead_ratio_note": "natural timing", "error": "boom"}))
+    lines = summary_lines(tmp_path, 1)
+    assert lines[1:] == ["  overhead ratio       none (natural timing)", "  error                boom",
+                         "  exit status          1", f"  wrote {tmp_path}/ (summary.json)"]
 
 
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
