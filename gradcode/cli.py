@@ -94,7 +94,7 @@ def _cluster_parser(sub) -> None:
     for p in (up, run, down, status):
         p.add_argument("--prefix", default="host", help="host names PREFIX0, PREFIX1, ... (default host)")
         p.add_argument("--dir", help="folder of hostfile, launcher, env.sh (default /run/gradcode-cluster/PREFIX)")
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARGS...]")
 
 
 def _run_overrides(parser: argparse.ArgumentParser) -> None:
@@ -256,7 +256,7 @@ def _cluster(args) -> int:
         c.up()
         print(_cluster_text(c))
         return 0
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not command:
         raise ClusterError("gradcode cluster run: give the command after --")
     import subprocess

@@ -251,3 +251,22 @@ def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
+
+
+@needs_root
+def test_cluster_run_removes_the_hosts_on_sigterm(tmp_path):
+    """`gradcode cluster run -- COMMAND` stopped by SIGTERM mid-command: the command ends and the hosts are gone."""
+    prefix = f"{PREFIX}s"
+    proc = subprocess.Popen([sys.executable, "-m", "gradcode", "cluster", "run", "--hosts", "2", "--prefix", prefix,
+                             "--dir", str(tmp_path / "c"), "--", "sleep", "120"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "hostfile" in proc.stdout.readline() + proc.stdout.readline() + proc.stdout.readline()
+        assert {f"{prefix}0", f"{prefix}1"} <= set(_netns())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            EmulatedCluster(2, prefix=prefix, folder=tmp_path / "c").down()
+    assert not {f"{prefix}0", f"{prefix}1"} & set(_netns())
+    assert not (tmp_path / "c" / "cluster.json").exists()
