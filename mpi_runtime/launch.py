@@ -108,6 +108,9 @@ def _executable(name: str, what: str) -> str:
     return name
 
 
+SHOWN_ENV = ("MPIR_", "OMPI_", "PRTE_", "HYDRA_", "OPENBLAS", "PYTHONPATH")   # in the printed command line
+
+
 def check_hostfile(hostfile: str | None) -> None:
     """:class:`ConfigError` unless ``hostfile`` (if given) is a readable file: MPICH would only say that it is
     "unable to parse user arguments"."""
@@ -157,8 +160,10 @@ def command(spec: str | Path, out: str | Path, ranks: int, *, mpiexec: str, flav
             hostfile: str | None = None, python: str | None = None, extra: list[str] | None = None) -> list[str]:
     """The full ``mpiexec ... python -m mpi4py -m mpi_runtime SPEC --out DIR`` command line."""
     cmd = [mpiexec, "-n", str(ranks)]
-    if flavor == "openmpi" and hostfile is None:     # with a hostfile its slots say where ranks go (Open MPI 5
-        cmd.append("--oversubscribe")               # oversubscribes the first host instead of using the others)
+    if flavor == "openmpi":
+        # with a hostfile its slots say where ranks go (with --oversubscribe Open MPI 5 piled them on the first host),
+        # and a host with more slots than cores is no error (Open MPI binds a rank to a core by default)
+        cmd += ["--oversubscribe"] if hostfile is None else ["--bind-to", "none"]
     if flavor == "mpich":
         cmd.append("-disable-auto-cleanup")
     if hostfile is not None:
@@ -248,7 +253,7 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     for key, value in overrides.items():
         extra += [f"--{key}", str(value)]
     cmd, env, flavor = prepare(spec, out, cfg.workers + 1, mpiexec=mpiexec, hostfile=hostfile, extra=extra)
-    shown = {k: env[k] for k in sorted(env) if k.startswith(("MPIR_", "OMPI_", "HYDRA_", "OPENBLAS", "PYTHONPATH"))}
+    shown = {k: env[k] for k in sorted(env) if k.startswith(SHOWN_ENV)}
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
