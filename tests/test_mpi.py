@@ -372,8 +372,8 @@ def test_gradcode_run_prints_command_and_writes_results(tmp_path):
 def test_run_summary_says_the_error_and_exit_status(tmp_path):
     from mpi_runtime.launch import summary_lines
 
-    assert summary_lines(tmp_path, 1) == [f"gradcode run: the job ended with exit status 1 and wrote no "
-                                          f"{tmp_path / 'summary.json'}"]
+    said = f"gradcode run: the job ended with exit status 1 and wrote no {tmp_path / 'summary.json'}"
+    assert summary_lines(tmp_path, 1) == [said]
     (tmp_path / "summary.json").write_text(json.dumps({"scheme": "sync", "iterations": 2, "overhead_ratio": None,
                                                        "overhead_ratio_note": "natural timing", "error": "boom"}))
     lines = summary_lines(tmp_path, 1)

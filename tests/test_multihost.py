@@ -76,8 +76,9 @@ def test_not_root_is_a_clear_error(monkeypatch):
 
 def test_hosts_are_separate_nodes(cluster):
     """Every host has its own name and address and resolves the others; MPI sees three nodes."""
-    script = ("from mpi4py import MPI; import socket; c = MPI.COMM_WORLD; "
-              "n = c.Split_type(MPI.COMM_TYPE_SHARED).Get_size(); print(c.rank, socket.gethostname(), n)")
+    script = ("from mpi4py import MPI; import socket, sys; c = MPI.COMM_WORLD; "   # one write a line: ranks interleave
+              "n = c.Split_type(MPI.COMM_TYPE_SHARED).Get_size(); "
+              "sys.stdout.write(f'{c.rank} {socket.gethostname()} {n}\\n')")
     exe = find_mpiexec(MPIEXEC)
     flavor = mpi_flavor(exe)
     launcher = [exe, "-n", "5"] + (["-f", _hostfile(cluster)] if flavor == "mpich"
@@ -86,8 +87,9 @@ def test_hosts_are_separate_nodes(cluster):
     proc = subprocess.run(launcher + [sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
-    rows = sorted(line.split() for line in proc.stdout.splitlines())
-    assert [r[1] for r in rows] == [cluster.names[int(r[0]) // 2] for r in rows], rows
+    rows = sorted(line.split() for line in proc.stdout.splitlines() if line.strip())
+    assert len(rows) == 5 and all(len(r) == 3 for r in rows), proc.stdout
+    assert [r[1] for r in rows] == [cluster.names[int(r[0]) // 2] for r in rows], proc.stdout
     assert [int(r[2]) for r in rows] == [2, 2, 2, 2, 1]
     hosts = (Path("/etc/netns") / cluster.names[1] / "hosts").read_text()
     assert all(f"{cluster.address(i)}\t{name}" in hosts for i, name in enumerate(cluster.names))
