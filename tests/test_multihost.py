@@ -223,7 +223,7 @@ def _cmdline(pid: int) -> str:
 def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
     """kill -9 of host 2's proxy mid-run: its rank ends (no orphan on that host), the job fails instead of hanging,
     and no process of the job is left on any host."""
-    spec = _spec({"name": "fastest_k", "k": 2}, iterations=400, grace=2.0)
+    spec = _spec({"name": "sync"}, iterations=400, grace=2.0)     # sync: losing a worker must fail the run
     path = tmp_path / "spec.toml"
     path.write_text(tomli_w.dumps(spec))
     out = tmp_path / "out"
