@@ -9,7 +9,7 @@ on MPI, 2. ``gradcode trace export`` it, 3. replay the uncoded schemes (``sync``
 simulator, 4. run them on MPI; the table is predicted / measured mean iteration time, and per host the workers'
 captured compute and communication (so that the records show which workers the limits slowed).
 
-Run as root: ``python tools/slow_host.py [--rate 200mbit] [--cpu 0.3] [--rounds 2] [--iterations 20] [--out DIR]``.
+Run as root: ``python examples/slow_host.py [--rate 200mbit] [--cpu 0.3] [--rounds 2] [--iterations 20] [--out DIR]``.
 The cluster is removed however the script ends.
 """
 
@@ -57,13 +57,13 @@ def run(spec: dict, out: Path, hostfile: Path) -> dict:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(prog="tools/slow_host.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="examples/slow_host.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--rate", default="200mbit", help="host 1's link (tc tbf rate; default %(default)s)")
     p.add_argument("--cpu", type=float, default=0.3, help="host 2's cores (cgroup cpu quota; default %(default)s)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--prefix", default="slow")
-    p.add_argument("--out", default=f"results/tools/{NAME}")
+    p.add_argument("--out", default=f"results/examples/{NAME}")
     args = p.parse_args(argv)
     out = Path(args.out)
     began = time.perf_counter()
