@@ -102,7 +102,7 @@ def main(argv=None) -> dict:
                    "link " + args.rate if k == 1 else ("cpu " + f"{args.cpu:g} cores" if k == 2 else "-"),
                    ", ".join(f"{ph[k][0] * 1e3:.3g}" for ph in per_host),
                    ", ".join(f"{ph[k][1] * 1e3:.3g}" for ph in per_host)] for k in range(3)]
-    text = (f"# A slow host for real: capture on 3 emulated hosts, replay in the simulator\n\n"
+    text = ("# A slow host for real: capture on 3 emulated hosts, replay in the simulator\n\n"
             f"n = {N} workers, {json.dumps(WORKLOAD)}, natural timing, {args.iterations} iterations a run, "
             f"{args.rounds} rounds; took {time.perf_counter() - began:.0f} s.\n\n"
             + table(["host", "workers", "limit", "captured compute_s per unit (ms), per round",
