@@ -49,7 +49,9 @@ def test_coded_at_n_minus_s_with_load_s_plus_1(code, s):
     expected = load * a + (load / mu) * (harmonic(n) - harmonic(s))
     scheme = make_scheme("coded", n=n, code=code, s=s) if code != "expander" else \
         make_scheme("coded", n=n, code=code, s=s, wait=n - s)
-    got = mean_time(scheme, make_delay("shifted_exponential", a=a, mu=mu), 20000)
+    # 4,000 iterations: the standard error of the mean is ~0.15% of it (sd ~3 of ~34 units), the tolerance 1%;
+    # exact codes check each iteration's responders for a decode (issue 28), 20,000 took 14 s
+    got = mean_time(scheme, make_delay("shifted_exponential", a=a, mu=mu), 4000)
     assert got == pytest.approx(expected, rel=0.01)
 
 
