@@ -183,6 +183,16 @@ def test_only_some_values_missing_still_draws(tmp_path):
     assert write_figures(rows, ["a", "b"], tmp_path) == ["regime_map.png", "computation_speedup.png"]
 
 
+def test_two_jobs_draw_the_same_figures(tmp_path):
+    """jobs = 2 draws the second figure in a forked process: the same files, byte for byte, as one job."""
+    rows = make_rows({"a": [1, 2], "b": [3, 4]}, straggle_time)
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert write_figures(rows, ["a", "b"], one) == ["regime_map.png", "computation_speedup.png"]
+    assert write_figures(rows, ["a", "b"], two, jobs=2) == ["regime_map.png", "computation_speedup.png"]
+    for name in ("regime_map.png", "computation_speedup.png"):
+        assert (one / name).read_bytes() == (two / name).read_bytes()
+
+
 # --- the reading ----------------------------------------------------------------------------------------------
 def test_the_reading_says_who_wins_where_from_the_data():
     rows = make_rows({"delay.extra": [0, 2, 4, 8], "schemes.coded.s": [1, 2]}, straggle_time)

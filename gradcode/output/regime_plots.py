@@ -15,6 +15,8 @@ Panels wrap at three per row and the figure grows with the panels and the cells;
 
 from __future__ import annotations
 
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -252,16 +254,27 @@ def computation_speedup(rows: list[dict], table: list[dict], path: Path) -> bool
     return True
 
 
-def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "time_to_target") -> list[str]:
+def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "time_to_target", *,
+                  jobs: int = 1) -> list[str]:
     """Draw ``regime_map.png`` and ``computation_speedup.png`` into folder ``out``; the names written (none when
-    there is nothing to draw: no sync, or no scheme with a value)."""
+    there is nothing to draw: no sync, or no scheme with a value). ``jobs > 1``: the second figure is drawn in a
+    forked process while this one draws the first (matplotlib is single-threaded, and the figures are a parallel
+    sweep's serial tail: issue 30)."""
     table = winners(rows, swept, metric)
     if not any(_is_baseline(r) for r in rows) or not any(w["winner"] for w in table):
         return []
     if not isinstance(out, (str, Path)):
         raise ConfigError(f"out must be the folder to write the figures into (a path), not {out!r}")
     out = writable_folder(out, "the figures' folder")
-    made = [REGIME_MAP] if regime_map(rows, table, list(swept), out / REGIME_MAP, metric) else []
-    if computation_speedup(rows, table, out / COMPUTATION):
+    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        second = None
+        drew_map = regime_map(rows, table, list(swept), out / REGIME_MAP, metric)
+    else:
+        _pyplot()      # imported once, before the fork
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+            second = pool.submit(computation_speedup, rows, table, out / COMPUTATION)
+            drew_map = regime_map(rows, table, list(swept), out / REGIME_MAP, metric)
+    made = [REGIME_MAP] if drew_map else []
+    if (second.result() if second is not None else computation_speedup(rows, table, out / COMPUTATION)):
         made.append(COMPUTATION)
     return made

@@ -235,7 +235,7 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
         notes = [f"cell failed: {f}" for f in failures]
         _write_json(out, raw, grid, tasks, rows, notes, complete=not failures)
         write_csv(out / "sweep.csv", rows, grid.paths)
-        _write_report(out, raw, grid, tasks, rows, notes)
+        _write_report(out, raw, grid, tasks, rows, notes, jobs=jobs if executor == "process" else 1)
     return out
 
 
@@ -348,10 +348,11 @@ def _write_json(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict],
     (out / "sweep.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
 
 
-def _write_report(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict], notes: list[str]) -> None:
+def _write_report(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict], notes: list[str], *,
+                  jobs: int = 1) -> None:
     from ..output import regime_plots, regimes
 
-    figures = regime_plots.write_figures(rows, grid.paths, out) if rows else []
+    figures = regime_plots.write_figures(rows, grid.paths, out, jobs=jobs) if rows else []
     exp = raw.get("experiment", {})
     seeds = raw.get("run", {}).get("seeds", [raw.get("run", {}).get("seed", 0)])
     lines = [f"# Sweep: {exp.get('name', out.name)}", ""]
