@@ -96,16 +96,24 @@ def check_workers(values, n: int, name: str = "responders"):
 
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ConfigError(f"{name} must be a sequence of worker indices, got {type(values).__name__}")
-    if isinstance(values, (list, tuple)) and all(_is_int(v) for v in values):
+    if isinstance(values, (list, tuple)) and set(map(type, values)) == {int}:
+        # the common case (the drivers pass lists of Python ints), checked at C speed: no bool, no float
+        try:
+            arr = np.array(values, dtype=np.int64)
+        except OverflowError:
+            raise ConfigError(f"{name} out of range: {[v for v in values if not 0 <= v < n]}; workers are "
+                              f"0..{n - 1}") from None
+    elif isinstance(values, (list, tuple)) and all(_is_int(v) for v in values):
         # Range-check as Python ints: numpy would turn [uint64(2**63), 1] into floats and 2**64 into objects.
         bad = [int(v) for v in values if not 0 <= int(v) < n]
         if bad:
             raise ConfigError(f"{name} out of range: {bad}; workers are 0..{n - 1}")
-        values = np.array([int(v) for v in values], dtype=np.int64)
-    try:
-        arr = np.asarray(values)
-    except ValueError:  # ragged nested sequences
-        raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices") from None
+        arr = np.array([int(v) for v in values], dtype=np.int64)
+    else:
+        try:
+            arr = np.asarray(values)
+        except ValueError:  # ragged nested sequences
+            raise ConfigError(f"{name} must be a 1-D sequence of integer worker indices") from None
     if arr.size == 0:
         arr = arr.astype(np.int64)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
@@ -116,9 +124,10 @@ def check_workers(values, n: int, name: str = "responders"):
     if outside.any():
         raise ConfigError(f"{name} out of range: {arr[outside].tolist()}; workers are 0..{n - 1}")
     arr = arr.astype(np.int64)
-    uniq, counts = np.unique(arr, return_counts=True)
-    if (counts > 1).any():
-        raise ConfigError(f"{name} contain duplicates: {uniq[counts > 1].tolist()}")
+    ordered = np.sort(arr)
+    repeated = ordered[1:] == ordered[:-1]
+    if repeated.any():
+        raise ConfigError(f"{name} contain duplicates: {np.unique(ordered[1:][repeated]).tolist()}")
     return arr
 
 

@@ -148,6 +148,7 @@ def test_bad_common_parameters(name, params, pattern):
     ([[0, 1], [2, 3]], r"1-D.*shape \(2, 2\)"),
     (np.array([[0, 1], [2, 3]]), r"1-D.*shape \(2, 2\)"),
     ([True, False], "integer worker indices"),
+    ([0, 1, 2 ** 64], r"out of range: \[18446744073709551616\]"),
 ])
 def test_bad_responders(name, method, responders, pattern):
     code, _ = code_and_messages(name)

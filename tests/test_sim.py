@@ -481,6 +481,42 @@ def test_the_stop_of_an_exact_code_is_its_first_decodable_prefix(params, data, s
     assert stop_counts(scheme, scheme.plan(0), np.argsort(times, axis=1), times).tolist() == expected
 
 
+@pytest.mark.parametrize("code, n, s", [("cyclic_repetition", 20, 3), ("cyclic_mds", 12, 2), ("cyclic_mds", 7, 3),
+                                        ("fractional_repetition", 12, 2)])
+def test_the_combine_reuses_the_stops_exact_decode(code, n, s, monkeypatch):
+    """The stop rule's normal-equations verdict hands its weights to the decoder (issue 30): the combine after a
+    stop solves nothing more, and its weights and residual are the decoder's own, to rounding."""
+    scheme = make_scheme("coded", n=n, code=code, s=s, seed=1)
+    fresh = gradcode.make_code(code, n, s, seed=1)
+    rng = np.random.default_rng(0)
+    partials = rng.standard_normal((scheme.code.n_parts, 30))
+    orders = [rng.permutation(n) for _ in range(25)]
+    stops = [scheme.stop_index(order) for order in orders]
+    wants = [fresh.decoding(order[:m].tolist(), "auto") for order, m in zip(orders, stops, strict=True)]
+    solves = []
+    monkeypatch.setattr(type(scheme.code), "_optimal_weights",
+                        lambda self, F: solves.append(F) or pytest.fail("a second solve after the stop"))
+    for order, m, want in zip(orders, stops, wants, strict=True):
+        responders = order[:m].tolist()
+        got = scheme.combine(scheme.messages(partials, responders, scheme.plan(0)), responders, scheme.plan(0))
+        assert got.method == want.method == "exact"
+        assert got.residual <= fresh.tol and want.residual <= fresh.tol
+        np.testing.assert_allclose(scheme.code.decode(responders), want.weights, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got.gradient, partials.sum(axis=0), rtol=1e-9, atol=1e-9)
+    assert solves == [] or code == "fractional_repetition"   # its own decoder (coverage), no least squares
+
+
+def test_a_decode_kept_from_elsewhere_must_be_exact():
+    from gradcode.codes import Decoding
+
+    code = gradcode.make_code("cyclic_repetition", 6, 1)
+    F = np.array([0, 1, 2, 3, 4], dtype=np.int64)
+    with pytest.raises(ValueError, match="not an exact decode within tol"):
+        code.remember_exact(F, Decoding(np.zeros(6), 0.5, "exact"))
+    with pytest.raises(ValueError, match="not an exact decode within tol"):
+        code.remember_exact(F, Decoding(np.zeros(6), 0.0, "optimal"))
+
+
 @pytest.mark.parametrize("code, n, s", [("cyclic_mds", 4, 1), ("cyclic_mds", 8, 2), ("fractional_repetition", 6, 2),
                                         ("cyclic_repetition", 8, 2), ("reed_solomon", 8, 2)])
 def test_timing_only_runs_stop_at_the_first_decodable_prefix(code, n, s):

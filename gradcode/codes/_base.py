@@ -263,6 +263,14 @@ class Code:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
+    def remember_exact(self, F: np.ndarray, decoding: Decoding) -> None:
+        """Keep ``decoding``, an exact decode of the sorted int64 responders ``F`` found elsewhere (a stop rule's
+        verdict), as this set's ``exact`` and ``auto`` decode; its residual must be within ``tol``."""
+        if not self.exact or decoding.method != "exact" or not self._within_tol(decoding.residual):
+            raise ValueError(f"not an exact decode within tol: {decoding.method}, residual {decoding.residual:.3g}")
+        for method in ("exact", "auto"):
+            self._remember((method, F.dtype.str, F.tobytes()), decoding)
+
     def _responders(self, responders) -> np.ndarray:
         """Validate a responder set (:func:`~gradcode.errors.check_workers`); return it sorted as int64."""
         return np.sort(check_workers(responders, self.n))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from ..codes import Code, make_code
+from ..codes import Code, Decoding, make_code
 from ..errors import ConfigError, check_float, check_workers
 from ._base import Combined, Plan, Scheme, check_k
 
@@ -98,7 +98,9 @@ class Coded(Scheme):
             if len(self._decodable) * self.n >= self._DECODABLE_CACHE:   # 2^20 workers held in all: ~60 MB
                 self._decodable.clear()
             F = sorted(key)
-            hit = _least_squares_verdict(self.code, F) if self._least_squares else None
+            hit, decoding = _least_squares_verdict(self.code, F) if self._least_squares else (None, None)
+            if decoding is not None:     # the combine's decode of this set, already solved (issue 30)
+                self.code.remember_exact(np.array(F, dtype=np.int64), decoding)
             if hit is None:
                 hit = self.code.is_decodable(F)
             self._decodable[key] = hit
@@ -169,28 +171,38 @@ def _holders(code: Code) -> np.ndarray:
     return out
 
 
-def _least_squares_verdict(code: Code, F: list[int]) -> bool | None:
+def _least_squares_verdict(code: Code, F: list[int]) -> tuple[bool | None, Decoding | None]:
     """Is ``F`` decodable by a code whose exact decode is least squares (``B_F^T a = 1``, residual checked)? Normal
     equations with two steps of refinement (Cholesky: ~5x cheaper than ``lstsq`` at ``n = 100``): True when they
     reach a residual within ``tol`` (least squares reaches at most that), False when the refinement has settled on
-    a residual 1000x over ``tol`` (the least residual), None when unsure (ill-conditioned: ask the decoder)."""
+    a residual 1000x over ``tol`` (the least residual), None when unsure (ill-conditioned: ask the decoder).
+
+    With True comes the exact :class:`Decoding` itself when the Gram matrix ``B_F B_F^T`` is well conditioned (its
+    Cholesky pivots within ``1e-5`` of each other: the rows independent, so the solution is unique and is the one
+    ``lstsq`` finds, to rounding); else None, and the decoder solves it again if asked."""
     if not F:
-        return None
+        return None, None
     BF = code.B[F]
     ones = np.ones(code.n_parts, dtype=BF.dtype)
     try:
         factor = scipy.linalg.cho_factor(BF.conj() @ BF.T, check_finite=False)
     except np.linalg.LinAlgError:
-        return None
+        return None, None
     a = np.zeros(len(F), dtype=BF.dtype)
     residuals = []
     for _ in range(3):
         a = a + scipy.linalg.cho_solve(factor, BF.conj() @ (ones - BF.T @ a), check_finite=False)
         residuals.append(code._residual_of(np.asarray(F), a))
     if not np.all(np.isfinite(residuals)):
-        return None
+        return None, None
     if code._within_tol(residuals[-1]):
-        return True
+        pivots = np.abs(np.diagonal(factor[0]))
+        if not (np.all(np.isfinite(a)) and pivots.min() > 1e-5 * pivots.max()):
+            return True, None
+        weights = np.zeros(code.n, dtype=a.dtype)
+        weights[F] = a
+        weights.setflags(write=False)
+        return True, Decoding(weights, residuals[-1], "exact")
     if code._within_tol(residuals[-1] / 1000) or residuals[-1] < 0.5 * residuals[-2]:
-        return None
-    return False
+        return None, None
+    return False, None
