@@ -11,9 +11,11 @@ Worker ``i`` computes the partitions in ``code.support(i)`` and sends ``y_i = su
 - an approximate code stops at ``wait`` responders (default ``n - s``) or at ``deadline`` after the start.
 
 The combine decodes with the code's decoder (cached per responder set) and reports the residual
-``||B_F^T a - 1|| / sqrt(n_parts)`` in the record. A decode never returns a wrong gradient silently: with
-``method='auto'`` an ill-conditioned or incomplete set falls back to optimal weights and the record says
-``method = 'optimal'``.
+``||B_F^T a - 1|| / sqrt(n_parts)`` in the record. For a code decoded by least squares the stop rule's own solve
+(refined normal equations, to decide that the set decodes) is that decode, handed to the code's cache when the
+solution is unique (:meth:`~gradcode.codes._base.Code.remember_exact`): one solve per iteration, not two. A
+decode never returns a wrong gradient silently: with ``method='auto'`` an ill-conditioned or incomplete set falls
+back to least-squares weights, with a warning, and the record says ``method = 'fallback'``.
 """
 
 from __future__ import annotations
