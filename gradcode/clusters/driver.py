@@ -199,6 +199,14 @@ def arrival_order(arrive: np.ndarray) -> np.ndarray:
     return order
 
 
+def used_load(load, responders, n: int) -> np.ndarray:
+    """Each worker's load that the combine used: its plan's load for a responder, 0 for the others."""
+    responders = np.asarray(responders, dtype=int)
+    used = np.zeros(n)
+    used[responders] = np.broadcast_to(np.asarray(load, dtype=float), (n,))[responders]
+    return used
+
+
 def work_done(plan: Plan, begin: np.ndarray, compute: np.ndarray, end: float, started: np.ndarray,
               late: str) -> np.ndarray:
     """Load each worker computed on a one-message plan: all of it under ``finish`` (it completes the plan), what it
@@ -406,17 +414,13 @@ class Driver:
                         worker_computed: np.ndarray | None = None, **measured) -> dict[str, Any] | None:
         """After a master iteration: update, adapt, evaluate, and the record. ``computed`` is the load the workers
         took up (``messages`` plans); what the responders did not carry was ``wasted``."""
-        loss, grad_error, metrics = self._update(t, plan, combined, truth)
-        if combined is not None:
-            self.scheme.adapt(t, combined, elapsed=end - start)
-        if not self.recording:
+        head = self._update_and_adapt(t, plan, start, end, combined, truth)
+        if head is None:
             return None
-        state = self.scheme.record()
+        loss, grad_error, metrics, state = head
 
         def fill() -> dict[str, Any]:
-            load = np.broadcast_to(np.asarray(plan.load, dtype=float), (self.n,))
-            used_w = np.zeros(self.n)
-            used_w[np.asarray(responders, dtype=int)] = load[np.asarray(responders, dtype=int)]
+            used_w = used_load(plan.load, responders, self.n)
             total = computed if worker_computed is None else float(np.sum(worker_computed))
             if self.w is not None:   # per worker only where n is small enough to list (a training run)
                 measured.update(work_fields(worker_computed, used_w, None, self.scheme.message_size(self.w.size)))
@@ -432,12 +436,10 @@ class Driver:
                         combined: Combined | None, truth: np.ndarray | None = None, **measured):
         """After a streamed master iteration: as :meth:`conclude_gather`, with the work counted chunk by chunk
         (``worker_computed``, ``worker_used``) and the messages each worker sent (``worker_messages``, ``floats``)."""
-        loss, grad_error, metrics = self._update(t, plan, combined, truth)
-        if combined is not None:
-            self.scheme.adapt(t, combined, elapsed=end - start)
-        if not self.recording:
+        head = self._update_and_adapt(t, plan, start, end, combined, truth)
+        if head is None:
             return None
-        state = self.scheme.record()
+        loss, grad_error, metrics, state = head
 
         def fill() -> dict[str, Any]:
             computed_w, used_w = stream.computed(plan), stream.used(self.scheme, plan)
@@ -459,6 +461,17 @@ class Driver:
         next plans go out after it) may return ``head`` now and make it whole later with
         :func:`complete_record`. By default the whole record at once."""
         return fill()
+
+    def _update_and_adapt(self, t: int, plan: Plan, start: float, end: float, combined: Combined | None,
+                          truth: np.ndarray | None):
+        """A master iteration's update and adapt; ``(loss, grad_error, metrics, the scheme's state)`` for its record,
+        None when nothing is recorded."""
+        loss, grad_error, metrics = self._update(t, plan, combined, truth)
+        if combined is not None:
+            self.scheme.adapt(t, combined, elapsed=end - start)
+        if not self.recording:
+            return None
+        return loss, grad_error, metrics, self.scheme.record()
 
     def conclude_all_reduce(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float,
                             schedule: Schedule, micro: np.ndarray, combined: Combined | None,

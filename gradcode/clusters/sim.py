@@ -54,6 +54,7 @@ from .driver import (
     default_lr,
     master_iteration,
     stream_iteration,
+    used_load,
     work_done,
 )
 from .footprint import check_memory
@@ -218,11 +219,11 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
             end = float(ends[j])
             times = _vector_times(float(starts[j]), compute[j], T[j], float(kth[j]))
             responders = order[j, :m[j]]
+            used = float(load[responders].sum())
             records.append(build_record(
                 scheme, int(t), float(starts[j]), end, ideal_end=end, responders=responders, load=plan.load,
-                messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j] - load[responders].sum()),
-                combined=None, loss=None, grad_error=None,
-                measured={"used": float(load[responders].sum()), **times}, as_lists=False))
+                messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j]) - used,
+                combined=None, loss=None, grad_error=None, measured={"used": used, **times}, as_lists=False))
         clock = float(ends[-1])
     return records
 
@@ -249,10 +250,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
             done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
             free = np.where(it.started, it.arrive, free)
             clock = it.end
-            load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
-            used_w = np.zeros(n)
-            used_w[it.responders] = load[it.responders]
-            total, used = float(np.sum(done)), float(used_w.sum())
+            total, used = float(np.sum(done)), float(used_load(plan.load, it.responders, n).sum())
             measured = {"used": used, **_master_times(start, it, compute[j], comm[j], as_lists=False)}
             rec = build_record(scheme, plan.t, start, it.end, ideal_end=it.end, responders=it.responders,
                                load=plan.load, messages=int(it.started.sum()), computed=total, wasted=total - used,

@@ -263,6 +263,13 @@ class Code:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
+    def full_weights(self, F: np.ndarray, a) -> np.ndarray:
+        """``(n,)`` read-only decoding weights: ``a`` on the responders ``F``, zero elsewhere."""
+        weights = np.zeros(self.n, dtype=np.result_type(self.B.dtype, np.asarray(a).dtype))
+        weights[F] = a
+        weights.setflags(write=False)
+        return weights
+
     def remember_exact(self, F: np.ndarray, decoding: Decoding) -> None:
         """Keep ``decoding``, an exact decode of the sorted int64 responders ``F`` found elsewhere (a stop rule's
         verdict), as this set's ``exact`` and ``auto`` decode; its residual must be within ``tol``."""
@@ -293,9 +300,7 @@ class Code:
             a = self._optimal_weights(F)
         else:
             a = self._one_step_weights(F)
-        weights = np.zeros(self.n, dtype=np.result_type(self.B.dtype, np.asarray(a).dtype))
-        weights[F] = a
-        weights.setflags(write=False)
+        weights = self.full_weights(F, a)
         r = self._residual_of(F, weights[F])
         if method == "exact" and not self._within_tol(r):
             if len(F) < self.n - self.s:

@@ -267,14 +267,11 @@ def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "
         raise ConfigError(f"out must be the folder to write the figures into (a path), not {out!r}")
     out = writable_folder(out, "the figures' folder")
     if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        second = None
-        drew_map = regime_map(rows, table, list(swept), out / REGIME_MAP, metric)
+        drew = (regime_map(rows, table, list(swept), out / REGIME_MAP, metric),
+                computation_speedup(rows, table, out / COMPUTATION))
     else:
         _pyplot()      # imported once, before the fork
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
             second = pool.submit(computation_speedup, rows, table, out / COMPUTATION)
-            drew_map = regime_map(rows, table, list(swept), out / REGIME_MAP, metric)
-    made = [REGIME_MAP] if drew_map else []
-    if (second.result() if second is not None else computation_speedup(rows, table, out / COMPUTATION)):
-        made.append(COMPUTATION)
-    return made
+            drew = (regime_map(rows, table, list(swept), out / REGIME_MAP, metric), second.result())
+    return [name for name, made in zip((REGIME_MAP, COMPUTATION), drew, strict=True) if made]

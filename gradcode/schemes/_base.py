@@ -98,6 +98,17 @@ class Combined:
     method: str = ""
 
 
+def shortest_prefix(holds, order, lo: int, hi: int) -> int:
+    """The least ``m`` in ``[lo, hi]`` with ``holds(order[:m])``, by bisection: ``holds`` is monotone (a longer prefix
+    holds if a shorter one does) and holds at ``hi``."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(order[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 class Scheme:
     """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` (or ``stop_count``) and ``combine`` (or
     ``combine_sum``)."""
@@ -219,14 +230,7 @@ class Scheme:
             return m if m <= len(order) else None
         if not self.done(order):
             return None
-        lo, hi = 1, len(order)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.done(order[:mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return shortest_prefix(self.done, order, 1, len(order))
 
     # --- 4. combine and adapt -------------------------------------------------------------------------------
     def combine(self, messages: np.ndarray, responders, plan: Plan) -> Combined:

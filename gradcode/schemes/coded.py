@@ -25,7 +25,7 @@ import scipy.linalg
 
 from ..codes import Code, Decoding, make_code
 from ..errors import ConfigError, check_float, check_workers
-from ._base import Combined, Plan, Scheme, check_k
+from ._base import Combined, Plan, Scheme, check_k, shortest_prefix
 
 
 class Coded(Scheme):
@@ -125,14 +125,7 @@ class Coded(Scheme):
             return None
         need = self.n - self.code.s
         if self.code.early_decoding and lo < need and self._decodes(order[:need - 1]):
-            hi = need - 1
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self._decodes(order[:mid]):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            return lo
+            return shortest_prefix(self._decodes, order, lo, need - 1)
         for m in range(max(lo, need), len(order) + 1):
             if self._decodes(order[:m]):
                 return m
@@ -190,21 +183,19 @@ def _least_squares_verdict(code: Code, F: list[int]) -> tuple[bool | None, Decod
         factor = scipy.linalg.cho_factor(BF.conj() @ BF.T, check_finite=False)
     except np.linalg.LinAlgError:
         return None, None
+    F = np.asarray(F)
     a = np.zeros(len(F), dtype=BF.dtype)
     residuals = []
     for _ in range(3):
         a = a + scipy.linalg.cho_solve(factor, BF.conj() @ (ones - BF.T @ a), check_finite=False)
-        residuals.append(code._residual_of(np.asarray(F), a))
+        residuals.append(code._residual_of(F, a))
     if not np.all(np.isfinite(residuals)):
         return None, None
     if code._within_tol(residuals[-1]):
         pivots = np.abs(np.diagonal(factor[0]))
         if not (np.all(np.isfinite(a)) and pivots.min() > 1e-5 * pivots.max()):
             return True, None
-        weights = np.zeros(code.n, dtype=a.dtype)
-        weights[F] = a
-        weights.setflags(write=False)
-        return True, Decoding(weights, residuals[-1], "exact")
+        return True, Decoding(code.full_weights(F, a), residuals[-1], "exact")
     if code._within_tol(residuals[-1] / 1000) or residuals[-1] < 0.5 * residuals[-2]:
         return None, None
     return False, None
