@@ -212,7 +212,13 @@ def test_a_changed_plugin_module_is_rerun_and_unchanged_inputs_are_not(tmp_path,
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/records.jsonl")}
     compare(user, out, progress=False, figures=False, mpi=NO_MPI)                 # nothing changed: nothing redone
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-    (tmp_path / "slowplug.py").write_text(PLUGIN.format(factor=3))
+    plugin = tmp_path / "slowplug.py"
+    plugin.write_text(PLUGIN.format(factor=3))
+    # the edit as a user makes it, seconds later: Python's bytecode cache keys a module on its size and its mtime in
+    # whole seconds, so an edit of the same size within the second of the first import would load the old code
+    # (where bytecode is written: PYTHONDONTWRITEBYTECODE unset, as on a user's machine)
+    later = plugin.stat().st_mtime + 2
+    os.utime(plugin, (later, later))
     for name in [m for m in sys.modules if m == "slowplug"]:
         del sys.modules[name]
     from gradcode.plumbing.registry import DELAYS
