@@ -21,7 +21,8 @@ signal (``gradcode: rank 2 (process 1234) ended on signal 9``). With MPICH, ``-d
 shell also keep Hydra from killing the job the moment one process dies, so that the others can name it and rank 0
 can write its summary (``peers.py``); ``MPI_Abort`` still ends every rank. Open MPI's ``mpirun`` ends the whole job
 as soon as a rank dies or exits without ``MPI_Finalize``: the shell's line names the rank, but the survivors may be
-gone before rank 0 writes ``summary.json`` (not tested here: Open MPI is not installed in CI).
+gone before rank 0 writes ``summary.json``. When it loses a host's daemon it ends the job and may still exit 0:
+``gradcode run`` turns a job that exited 0 without rank 0's summary into exit 1 and writes that summary itself.
 
 Both get ``OPENBLAS_NUM_THREADS=1`` (and the OMP/MKL equivalents) so that ranks sharing cores do not also spawn a
 BLAS thread per core each.
@@ -257,15 +258,25 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
+        # an earlier run's summary must not pass for this one's (records.jsonl is rewritten as the run starts)
+        (Path(out) / "summary.json").unlink(missing_ok=True)
         code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
                          started=(STARTED, startup_bound(cfg)))
+        if not (Path(out) / "summary.json").is_file():
+            # rank 0 writes a summary on every path it lives to see, failures included: this job was ended from
+            # outside. Never exit 0 then: Open MPI's launcher, when it loses a host's daemon, ends the job and
+            # sometimes exits 0 (1 run in 8 under kill -9 of a remote prted).
+            status = "exited 0" if code == 0 else f"ended with exit status {code}"
+            _summary_from_outside(Path(out), cfg, f"{Path(cmd[0]).name} {status} before rank 0 wrote its summary: "
+                                  "the job was ended from outside (a lost host or MPI daemon, or a signal?)", echo)
+            code = code or 1
         diverged(Path(out), echo)
         if code < 0:    # the launcher itself died on a signal: say so, and exit as a shell would (128 + N)
             echo(f"# {Path(cmd[0]).name} ended on signal {-code} ({_signal_name(-code)})")
             code = 128 - code
         return code
     except subprocess.TimeoutExpired:
-        echo(f"# the job did not finish within {timeout:g} s and was killed")
+        _summary_from_outside(Path(out), cfg, f"the job did not finish within {timeout:g} s and was killed", echo)
         return 124
     except NotStarted:
         # every rank hung before its own bounded waits begin (inside MPI_Init or Python's start-up): only the
@@ -275,6 +286,19 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
         echo(f"# {error}")
         write_summary(Path(out), {"iterations": 0, **cfg.summary_fields([], error)})
         return 1
+
+
+def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
+    """Say ``error`` and write the summary rank 0 could not: the error and the iterations recorded (whose records
+    stay)."""
+    try:
+        with open(out / "records.jsonl") as fh:
+            done = sum(1 for line in fh if line.strip())
+    except OSError:
+        done = 0
+    error = f"{error}; {done} iterations recorded, kept in records.jsonl"
+    echo(f"# {error}")
+    write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
 
 
 def diverged(out: Path, echo) -> None:

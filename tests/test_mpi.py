@@ -381,6 +381,31 @@ def test_run_summary_says_the_error_and_exit_status(tmp_path):
                          "  exit status          1", f"  wrote {tmp_path}/ (summary.json)"]
 
 
+@pytest.mark.parametrize("exit_code", [0, 137])
+def test_a_job_ended_without_rank_0s_summary_fails_and_says_so(tmp_path, monkeypatch, exit_code):
+    """Open MPI's launcher, losing a host's daemon, ends the job and sometimes exits 0 (seen in CI): a job that ends
+    without rank 0's summary is a failure, whatever the launcher says; `gradcode run` writes the summary with the
+    error and the iterations recorded. An earlier run's summary in the folder does not pass for this one's."""
+    from mpi_runtime import launch
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"scheme": "sync", "iterations": 3}))   # an earlier run's
+
+    def job(cmd, **kwargs):          # two iterations recorded, then ended from outside
+        (out / "records.jsonl").write_text('{"t": 0}\n{"t": 1}\n')
+        return exit_code
+    monkeypatch.setattr(launch, "run_child", job)
+    said = []
+    code = launch.launch(_spec({"name": "sync"}, iterations=5), out, echo=said.append)
+    assert code == (exit_code or 1)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iterations"] == 2 and "before rank 0 wrote its summary" in summary["error"], summary
+    assert "2 iterations recorded" in summary["error"]
+    assert any(line.startswith("# ") and "ended from outside" in line for line in said), said
+    assert f"  error                {summary['error']}" in said
+
+
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
     path = tmp_path / "bad.toml"
     spec = _spec({"name": "fastest_k", "k": 9})
