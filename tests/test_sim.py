@@ -623,6 +623,7 @@ def test_arrival_order_is_the_stable_argsort():
         cases += [rng.exponential(size=(4, n)), rng.exponential(size=n),
                   np.round(rng.exponential(size=(3, n)), 1),                      # ties: by worker number
                   1.0 + rng.integers(0, 1 << 14, size=(3, n)) * 2.0 ** -52,    # apart in the last bits only
+                  1e4 + rng.exponential(size=(3, n)) * 1e-7,      # late in a long run: many short runs to mend
                   np.where(rng.random((2, n)) < 0.3, np.inf, rng.exponential(size=(2, n))),
                   np.full((2, n), 3.0), np.zeros(n), -rng.exponential(size=n)]
         if n > 1:
