@@ -283,3 +283,24 @@ def test_readme_main_command_quick(tmp_path):
               and line.split("|")[5].strip()[:1].isdigit()]
     assert len(ratios) == len({(r["delay"], r["scheme"]) for r in mpi})
     assert all(0.5 < x < 2.0 for x in ratios)   # the 10% agreement is read off the full default experiment
+
+
+def test_a_failed_mpi_run_is_reported_with_its_summarys_error(tmp_path, monkeypatch):
+    """The reason a compare gives for a failed MPI run is the error its summary names (rank 0's, or `gradcode
+    run`'s for a job ended from outside), not the log's last line (which is where the files are)."""
+    from types import SimpleNamespace
+
+    from gradcode.plumbing.outdir import FolderLock
+    from gradcode.study import harness
+
+    error = "mpiexec exited 0 before rank 0 wrote its summary: the job was ended from outside"
+
+    def job(cmd, stdout=None, **kwargs):
+        stdout.write(f"gradcode run: sync, 2 iterations on MPI\n  error                {error}\n  wrote o/\n")
+        (tmp_path / "summary.json").write_text(json.dumps({"iterations": 2, "error": error}))
+        (tmp_path / "records.jsonl").write_text('{"t": 0}\n{"t": 1}\n')
+        return 1
+    monkeypatch.setattr(harness, "run_child", job)
+    with FolderLock(tmp_path) as lock, pytest.raises(harness.HarnessError, match=r"x: the MPI run failed \(exit 1\): "
+                                                                                 "mpiexec exited 0 before rank 0"):
+        harness._run_mpi(SimpleNamespace(run_id="x"), tmp_path, lock)

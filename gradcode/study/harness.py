@@ -340,10 +340,20 @@ def _run_mpi(run: RunPlan, folder: Path, lock: FolderLock) -> int:
         raise HarnessError(f"{run.run_id}: the MPI run took more than {MPI_TIMEOUT:.0f} s")
     records = folder / "records.jsonl"
     if code != 0 or not records.is_file():
-        raise HarnessError(f"{run.run_id}: the MPI run failed (exit {code}): {failure_reason(folder / 'mpi.log')} "
+        reason = _summary_error(folder) or failure_reason(folder / "mpi.log")
+        raise HarnessError(f"{run.run_id}: the MPI run failed (exit {code}): {reason} "
                            f"(full output: {folder / 'mpi.log'})")
     with open(records) as fh:
         return sum(1 for line in fh if line.strip())
+
+
+def _summary_error(folder: Path) -> str | None:
+    """The error the run's summary names (rank 0's, or `gradcode run`'s for a job ended from outside), if any."""
+    try:
+        error = json.loads((folder / "summary.json").read_text()).get("error")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return error if isinstance(error, str) and error else None
 
 
 REASON_MARKERS = ("mpi_runtime: rank", "gradcode run: error:", "error:", "Error")
