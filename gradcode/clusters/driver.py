@@ -155,7 +155,9 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     """Arrivals ``begin + compute + comm`` (the delay model's draws), ended by the stop policy."""
     arrive = begin + compute + comm
     order = arrival_order(arrive)
-    order = order[np.isfinite(arrive[order])]
+    finite = np.isfinite(arrive)
+    if not finite.all():      # (usually all are: then no gather of n times)
+        order = order[finite[order]]
     responders = order[:policy.count(order, arrive, start, plan)].copy()   # not a view: records keep it
     end = float(arrive[responders[-1]])
     return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))

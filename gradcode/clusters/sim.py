@@ -187,8 +187,9 @@ def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budge
     return not scheme.plan(0).chunked
 
 
-# draws per vectorised block: 4 MB per array, about what the caches hold (issue 30: 256 rows of n = 10,000, 20 MB
-# an array, made every elementwise pass of the abandon pass miss them: 0.57 s against 0.39 s at 64 rows)
+# draws per vectorised block: 4 MB an array (52 rows at n = 10,000). At 256 rows (20 MB an array) a fresh process
+# page-faulted every block in afresh: the first timing-only run of n = 10,000 x 1,000 took 0.72 s against 0.53 s;
+# with the allocator's thresholds held steady the two block sizes are within noise (docs/benchmarks.md).
 _BLOCK = 1 << 19
 
 
@@ -245,14 +246,18 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
         if not all(p.load is loads for p in plans):
             loads = np.stack([np.broadcast_to(np.asarray(p.load, dtype=float), (n,)) for p in plans])
         compute, comm = delay.sample(seed, np.arange(t0, t0 + len(plans)), n, loads)
+        unit = _whole_unit(loads)
         for j, plan in enumerate(plans):
             start = clock
             begin = np.maximum(start, free)
             it = master_iteration(policy, plan, start, begin, compute[j], comm[j])
-            done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
             free = np.where(it.started, it.arrive, free)
             clock = it.end
-            total, used = float(np.sum(done)), float(used_load(plan.load, it.responders, n).sum())
+            if unit is not None:    # whole numbers add up exactly in any order: the sums below, without the arrays
+                total, used = unit * int(np.count_nonzero(it.started)), unit * len(it.responders)
+            else:
+                done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
+                total, used = float(np.sum(done)), float(used_load(plan.load, it.responders, n).sum())
             measured = {"used": used, **_master_times(start, it, compute[j], comm[j], as_lists=False)}
             rec = build_record(scheme, plan.t, start, it.end, ideal_end=it.end, responders=it.responders,
                                load=plan.load, messages=int(it.started.sum()), computed=total, wasted=total - used,
@@ -266,6 +271,16 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
     if bar is not None:
         bar.close()
     return records
+
+
+def _whole_unit(loads) -> float | None:
+    """The load every worker carries when all carry the same whole number of units (uncoded schemes: 1), else None.
+    Sums of such loads are exact in any order, so a count times the unit is the array sum, to the bit."""
+    loads = np.asarray(loads, dtype=float)
+    first = float(loads.flat[0]) if loads.size else math.nan
+    if not (first.is_integer() and abs(first) < 2.0 ** 40 and np.all(loads == first)):
+        return None
+    return first
 
 
 class SimulatedCluster(Driver):
