@@ -11,7 +11,7 @@ import pytest
 import gradcode
 from gradcode import make_delay, make_scheme, make_workload, simulate
 from gradcode.clusters.driver import StopPolicy
-from gradcode.clusters.records import build_record
+from gradcode.clusters.records import build_record, record_responders
 from gradcode.clusters.sim import SimulationError
 from gradcode.schemes._base import Combined, DecentralizedScheme, Plan, Schedule
 
@@ -661,3 +661,20 @@ def test_timing_only_finish_gives_the_cluster_loops_records(name, params, delay_
     loop = SimulatedCluster(scheme, delay, None, seed=5, late_workers="finish", iterations=70).run()
     assert len(fast.records) == len(loop) == 70 and seen == fast.records
     assert all(_same(a, b) for a, b in zip(fast.records, loop, strict=True))
+
+
+@pytest.mark.parametrize("late", ["abandon", "finish"])
+@pytest.mark.parametrize("name, params", [("fastest_k", {"k": 7}), ("coded", {"code": "cyclic_repetition", "s": 2})])
+def test_timing_only_counts_whole_unit_loads_exactly(late, name, params):
+    """The timing-only passes count whole-unit loads (1 partition a worker; s + 1 for a cyclic code) instead of
+    summing arrays: the same floats as the sums over each worker's load."""
+    scheme = make_scheme(name, n=12, **params)
+    unit = float(np.asarray(scheme.plan(0).load).flat[0])
+    res = simulate(scheme, make_delay("pareto", alpha=1.5), iterations=40, seed=3, late_workers=late)
+    for rec in res.records:
+        responders = record_responders(rec, 12)
+        assert rec["used"] == float(np.sum(np.full(12, unit)[responders]))
+        assert rec["wasted"] == rec["computed"] - rec["used"]
+        assert type(rec["used"]) is float and type(rec["computed"]) is float
+        if late == "finish":      # every worker that took the plan up carries its whole load
+            assert rec["computed"] == unit * rec["messages"]

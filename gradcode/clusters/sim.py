@@ -202,6 +202,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     records: list[dict] = []
     clock = 0.0
     load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
+    unit = _whole_unit(load)
     for t0 in range(0, iterations, chunk):
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
@@ -216,13 +217,13 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         # abandon: a worker stops at the end, having done kth / compute of its load (work_done's rule)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where((compute > 0) & (compute > kth[:, None]), kth[:, None] / compute, 1.0)
-        computed_t = (share * load).sum(axis=1)
+        computed_t = share.sum(axis=1) if unit == 1.0 else (share * load).sum(axis=1)   # x 1.0 changes no bit
         starts = np.concatenate(([clock], ends[:-1]))
         for j, t in enumerate(ts):
             end = float(ends[j])
             times = _vector_times(float(starts[j]), compute[j], T[j], float(kth[j]))
             responders = order[j, :m[j]]
-            used = float(load[responders].sum())
+            used = unit * int(m[j]) if unit is not None else float(load[responders].sum())
             records.append(build_record(
                 scheme, int(t), float(starts[j]), end, ideal_end=end, responders=responders, load=plan.load,
                 messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j]) - used,
