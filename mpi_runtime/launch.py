@@ -275,6 +275,11 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
             echo(f"# {Path(cmd[0]).name} ended on signal {-code} ({_signal_name(-code)})")
             code = 128 - code
         return code
+    except (KeyboardInterrupt, SystemExit) as stop:      # Ctrl-C, or SIGTERM (children.run_child: SystemExit(143))
+        if not (Path(out) / "summary.json").is_file():
+            how = "Ctrl-C" if isinstance(stop, KeyboardInterrupt) else f"a signal (exit {stop.code})"
+            _summary_from_outside(Path(out), cfg, f"gradcode run was stopped by {how} and stopped the job", echo)
+        raise
     except subprocess.TimeoutExpired:
         _summary_from_outside(Path(out), cfg, f"the job did not finish within {timeout:g} s and was killed", echo)
         return 124

@@ -406,6 +406,25 @@ def test_a_job_ended_without_rank_0s_summary_fails_and_says_so(tmp_path, monkeyp
     assert f"  error                {summary['error']}" in said
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), SystemExit(143)])
+def test_a_stopped_gradcode_run_writes_its_summary_and_stops(tmp_path, monkeypatch, stop):
+    """Ctrl-C or SIGTERM of `gradcode run` mid-job (run_child has stopped the job and re-raises): the summary says
+    so, with the iterations recorded, and the interruption goes on up (the CLI's one line and exit code)."""
+    from mpi_runtime import launch
+
+    out = tmp_path / "out"
+
+    def job(cmd, **kwargs):
+        (out / "records.jsonl").write_text('{"t": 0}\n')
+        raise stop
+    monkeypatch.setattr(launch, "run_child", job)
+    with pytest.raises(type(stop)):
+        launch.launch(_spec({"name": "sync"}, iterations=5), out, echo=lambda *a: None)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["iterations"] == 1 and summary["error"].startswith("gradcode run was stopped by "), summary
+    assert ("Ctrl-C" in summary["error"]) == isinstance(stop, KeyboardInterrupt)
+
+
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
     path = tmp_path / "bad.toml"
     spec = _spec({"name": "fastest_k", "k": 9})

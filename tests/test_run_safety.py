@@ -337,7 +337,9 @@ def test_failed_mpi_runs_are_printed_with_their_reason(tmp_path, monkeypatch):
     failing["cluster"]["kind"] = "mpi"
     failing["schemes"] = [{"name": "sync"}]
     monkeypatch.setenv("GRADCODE_TEST_CRASH", "1:0")   # before any record
-    with pytest.raises(HarnessError, match=r"(?s)every run failed.*rank 1 \(worker 0\) crashed") as err:
+    # the reason is the error rank 0's summary names (the rank, what it raised, the host)
+    with pytest.raises(HarnessError, match=r"(?s)every run failed.*rank 1 \(worker 0\) failed: crashed "
+                                           r"\(InjectedCrash\).*on host") as err:
         compare(failing, tmp_path / "out", progress=False, figures=False, mpi=MPI_OK)
     assert "no run has any records" not in str(err.value)
 
