@@ -8,6 +8,12 @@ the default experiment's Pareto delays (alpha 2, t_m 1, comm 0.5 per message) an
 ``alpha``, the communication ``comm``). Higher is better for partial_coded. Each row is the ratio of the sums of
 the mean times over the seeds.
 
+Then **one round**: the first iteration alone, over 300 seeds (the mean of its end time). That is the paper's
+completion time of one gradient: no iteration before it, so no worker is still busy with work from the last one.
+The gap between the two is what the next iteration pays for the work in flight at the end of the last: under
+``finish`` every worker completes its plan first, under ``abandon`` a chunked worker completes its chunk in progress
+(a chunk cannot be interrupted), while ``coded``'s unchunked plan is dropped at once.
+
     python benchmarks/study_partial.py [--iterations 60] [--seeds 0 1 2] [--quick]
 """
 
@@ -28,6 +34,18 @@ def mean_time(scheme: dict, delay: dict, late: str, iterations: int, seeds: list
         total += simulate(s, make_delay(delay), iterations=iterations, seed=seed,
                           late_workers=late).summary["mean_iteration_time"]
     return total / len(seeds)
+
+
+ROUND_SEEDS = 300
+
+
+def first_round(scheme: dict, delay: dict, n: int) -> float:
+    """Mean end time of the first iteration over seeds ``0 .. ROUND_SEEDS - 1``: one gradient, nothing before it."""
+    total = 0.0
+    for seed in range(ROUND_SEEDS):
+        s = make_scheme(scheme["name"], n=n, **{k: v for k, v in scheme.items() if k != "name"})
+        total += simulate(s, make_delay(delay), iterations=1, seed=seed).records[0]["end"]
+    return total / ROUND_SEEDS
 
 
 def main() -> None:
@@ -57,6 +75,14 @@ def main() -> None:
                    "partial_coded": partial, "ratio": coded / partial}
             rows.append(row)
             print(f"{label:<28} {late:<8} {l:>2} {order:<10} {coded:8.3f} {partial:8.3f} {coded / partial:6.2f}")
+    print(f"\none round (the first iteration, seeds 0-{ROUND_SEEDS - 1}): coded / partial_coded, mean end time")
+    for label, delay in delays:
+        coded = first_round({"name": "coded", "code": "cyclic_repetition", "s": args.s}, delay, args.n)
+        for l, order in itertools.product(range(1, args.s + 2), ("natural", "optimized")):
+            partial = first_round({"name": "partial_coded", "s": args.s, "l": l, "order": order}, delay, args.n)
+            rows.append({"delays": label, "late_workers": "one round", "l": l, "order": order, "coded": coded,
+                         "partial_coded": partial, "ratio": coded / partial})
+            print(f"{label:<28} {'round':<8} {l:>2} {order:<10} {coded:8.3f} {partial:8.3f} {coded / partial:6.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
 
