@@ -303,7 +303,10 @@ def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
         done = 0
     error = f"{error}; {done} iterations recorded, kept in records.jsonl"
     echo(f"# {error}")
-    write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
+    try:
+        write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
+    except OSError as err:     # the folder gone or full: say so, and let the failure that brought us here stand
+        echo(f"# could not write {out / 'summary.json'}: {err.strerror or err}")
 
 
 def diverged(out: Path, echo) -> None:

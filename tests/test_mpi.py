@@ -425,6 +425,22 @@ def test_a_stopped_gradcode_run_writes_its_summary_and_stops(tmp_path, monkeypat
     assert ("Ctrl-C" in summary["error"]) == isinstance(stop, KeyboardInterrupt)
 
 
+def test_a_summary_that_cannot_be_written_is_said_not_raised(tmp_path, monkeypatch):
+    """The summary `gradcode run` writes for a job ended from outside cannot be written (here: a folder in its way):
+    it says so, and the job's failure stands (exit 1), instead of a traceback."""
+    from mpi_runtime import launch
+
+    out = tmp_path / "out"
+
+    def job(cmd, **kwargs):
+        (out / "summary.json").mkdir()
+        return 0
+    monkeypatch.setattr(launch, "run_child", job)
+    said = []
+    assert launch.launch(_spec({"name": "sync"}, iterations=5), out, echo=said.append) == 1
+    assert any(line.startswith("# could not write") and "summary.json" in line for line in said), said
+
+
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
     path = tmp_path / "bad.toml"
     spec = _spec({"name": "fastest_k", "k": 9})
