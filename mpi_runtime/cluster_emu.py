@@ -57,7 +57,17 @@ class ClusterError(GradcodeError):
     """The emulated cluster cannot be made or used (not root, a tool missing, a name taken, a bad limit)."""
 
 
+SYSTEM_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin", "/usr/bin", "/bin")   # root's tools, if PATH lacks sbin
+
+
+def _tool(name: str) -> str | None:
+    """The full path of ``name``: on PATH, else in the system's directories (``ip`` and ``tc`` live in sbin, which a
+    root shell from ``env -i``, cron or a container's minimal PATH may leave out)."""
+    return shutil.which(name) or shutil.which(name, path=os.pathsep.join(SYSTEM_DIRS))
+
+
 def _sh(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
+    args = (_tool(args[0]) or args[0], *args[1:])
     proc = subprocess.run(list(args), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise ClusterError(f"`{shlex.join(args)}` failed: {(proc.stderr or proc.stdout).strip()}")
@@ -72,8 +82,9 @@ def missing_requirements(rate: bool = False) -> str | None:
         return ("an emulated cluster needs root (network namespaces, /etc/netns, cgroups): run it as root, e.g. "
                 "`sudo gradcode cluster up`")
     for tool, package in (("ip", "iproute2"), ("unshare", "util-linux")) + ((("tc", "iproute2"),) if rate else ()):
-        if shutil.which(tool) is None:
-            return f"an emulated cluster needs `{tool}` on PATH (Debian/Ubuntu: apt-get install {package})"
+        if _tool(tool) is None:
+            return (f"an emulated cluster needs `{tool}` (not on PATH nor in {', '.join(SYSTEM_DIRS)}; Debian/Ubuntu: "
+                    f"apt-get install {package})")
     return None
 
 
@@ -205,7 +216,7 @@ class EmulatedCluster:
             if i in self.rate:       # both ways: the host's sends (its eth0) and what it receives (the outer end)
                 tbf = ["tbf", "rate", str(self.rate[i]), "burst", f"{_burst_bytes(self.rate[i])}b", "latency",
                        "50ms"]
-                _sh("ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "eth0", "root", *tbf)
+                _sh("ip", "netns", "exec", name, _tool("tc") or "tc", "qdisc", "add", "dev", "eth0", "root", *tbf)
                 _sh("tc", "qdisc", "add", "dev", outer, "root", *tbf)
             if i in self.cpu:
                 _make_cgroup(self.cgroup(i), self.cpu[i])
@@ -297,7 +308,7 @@ def _raise_exit(signum, frame):
 
 
 def _has_ip() -> bool:
-    return shutil.which("ip") is not None
+    return _tool("ip") is not None
 
 
 def _netns_list() -> list[str]:
@@ -371,6 +382,7 @@ def _empty_cgroup(path: Path) -> None:
 def _launcher_script(c: EmulatedCluster) -> str:
     hosts = "|".join(c.names)
     groups = "".join(f'  {n}) cg={shlex.quote(str(c.cgroup(i)))};;\n' for i, n in enumerate(c.names) if c.cgroup(i))
+    ip, unshare = (shlex.quote(_tool(t) or t) for t in ("ip", "unshare"))    # full paths: mpiexec's PATH may lack sbin
     return f"""#!/bin/sh
 # gradcode emulated cluster '{c.prefix}' (mpi_runtime/cluster_emu.py): an ssh stand-in for mpiexec.
 #   {c.launcher} [ssh options] HOST COMMAND...
@@ -393,5 +405,5 @@ cg=
 case "$h" in
 {groups}esac
 [ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"
-exec ip netns exec "$h" unshare --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$h" "$@"
+exec {ip} netns exec "$h" {unshare} --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$h" "$@"
 """

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tomli_w
 
-from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, missing_requirements
+from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, _tool, missing_requirements
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
 from tests.test_mpi import _master_gaps, _records, _separated, _simulated, _spec
 
@@ -30,6 +30,7 @@ TIMEOUT = 120
 PREFIX = f"t{os.getpid() % 100000}"
 MPIEXEC = os.environ.get("GRADCODE_TEST_MPIEXEC") or None
 WHY_NOT = missing_requirements(rate=True)
+IP = _tool("ip") or "ip"     # in sbin, which a minimal PATH may lack
 needs_root = pytest.mark.skipif(WHY_NOT is not None, reason=f"no emulated cluster here: {WHY_NOT}")
 
 
@@ -43,7 +44,7 @@ def cluster(tmp_path_factory):
 
 
 def _netns() -> list[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out = subprocess.run([IP, "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
@@ -72,6 +73,15 @@ def test_not_root_is_a_clear_error(monkeypatch):
         EmulatedCluster(2, prefix="tx", rate={5: "1mbit"})
     with pytest.raises(ClusterError, match="--prefix"):
         EmulatedCluster(2, prefix="Bad-Name")
+
+
+@needs_root
+def test_the_tools_are_found_without_sbin_on_path(monkeypatch):
+    """A root shell whose PATH lacks sbin (`env -i`, cron, a container's minimal PATH) still finds `ip` and `tc`
+    where the system keeps them: the cluster is not refused for it (before: "needs `tc` on PATH")."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert missing_requirements(rate=True) is None
+    assert Path(_tool("ip")).name == "ip" and Path(_tool("tc")).name == "tc"
 
 
 def test_hosts_are_separate_nodes(cluster):
@@ -113,7 +123,7 @@ def test_down_is_idempotent_and_removes_everything(tmp_path):
     c.down()                                   # twice: nothing to do, no error
     assert not set(c.names) & set(_netns())
     assert not (Path("/etc/netns") / c.names[0]).exists() and not c.cgroup(0).parent.exists()
-    assert subprocess.run(["ip", "link", "show", c.bridge], capture_output=True).returncode != 0
+    assert subprocess.run([IP, "link", "show", c.bridge], capture_output=True).returncode != 0
 
 
 # --- every kind of scheme across the hosts ------------------------------------------------------------------------
@@ -209,7 +219,7 @@ def test_remote_rank_killed_is_named_with_host(cluster, tmp_path):
 
 
 def _pids(ns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    out = subprocess.run([IP, "netns", "pids", ns], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
