@@ -678,3 +678,12 @@ def test_timing_only_counts_whole_unit_loads_exactly(late, name, params):
         assert type(rec["used"]) is float and type(rec["computed"]) is float
         if late == "finish":      # every worker that took the plan up carries its whole load
             assert rec["computed"] == unit * rec["messages"]
+
+
+def test_whole_unit_only_where_counting_is_exact():
+    from gradcode.clusters.sim import _whole_unit
+
+    assert _whole_unit(np.ones(5)) == 1.0 and _whole_unit(np.full((2, 3), 3.0)) == 3.0
+    assert _whole_unit([1.0, 2.0]) is None and _whole_unit(np.full(4, 0.5)) is None
+    assert _whole_unit(np.full(4, 2.0 ** 52)) is None          # sums past 2^53 are not exact
+    assert _whole_unit(np.full(4, np.nan)) is None and _whole_unit(np.zeros(3)) == 0.0

@@ -276,10 +276,11 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
 
 def _whole_unit(loads) -> float | None:
     """The load every worker carries when all carry the same whole number of units (uncoded schemes: 1), else None.
-    Sums of such loads are exact in any order, so a count times the unit is the array sum, to the bit."""
+    Sums of such loads are exact in any order while they stay below 2^53, so a count times the unit is the array
+    sum, to the bit."""
     loads = np.asarray(loads, dtype=float)
     first = float(loads.flat[0]) if loads.size else math.nan
-    if not (first.is_integer() and abs(first) < 2.0 ** 40 and np.all(loads == first)):
+    if not (first.is_integer() and abs(first) * loads.shape[-1] < 2.0 ** 53 and np.all(loads == first)):
         return None
     return first
 
