@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402  (after the BLAS setting)
 
 from gradcode import make_delay, make_scheme, make_workload, simulate
 from gradcode.clusters.driver import default_lr
+from gradcode.clusters.sim import block_rows
 
 LOSS_EVERY = 50   # the runs' loss evaluations and the last iteration's (evaluates_loss): in the baseline too
 
@@ -85,8 +86,9 @@ def interleaved(fns: dict, repeats: int, clock=time.perf_counter) -> dict:
 
 def draw_and_partition(delay, n: int, k: int, iterations: int, seed: int = 0) -> float:
     """The timing baseline: the same delays, each row partitioned for its k-th arrival; the sum of those times. In
-    the simulator's blocks of rows (4 MB an array; 256 rows of 10,000 workers made this 10-20% slower)."""
-    chunk = max(1, min(256, (1 << 19) // n))
+    the simulator's blocks of rows (``block_rows``: 4 MB an array; 256 rows of 10,000 workers made this 10-20%
+    slower)."""
+    chunk = block_rows(n)
     total = 0.0
     for t0 in range(0, iterations, chunk):
         compute, comm = delay.sample(seed, np.arange(t0, min(t0 + chunk, iterations)), n, 1.0)

@@ -220,6 +220,9 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     return code
 
 
+RUN_FILES = ("records.jsonl", "summary.json", "params.npy")    # what rank 0 writes into --out
+
+
 def summary_lines(out: Path, code: int) -> list[str]:
     """What ``gradcode run`` prints when the job has ended, from ``out/summary.json`` (as ``gradcode simulate``
     prints its summary): the scheme and iterations, the mean iteration time, the overhead ratio, the final loss, the
@@ -243,7 +246,7 @@ def summary_lines(out: Path, code: int) -> list[str]:
         lines.append(f"  error                {s['error']}")
     if code != 0:
         lines.append(f"  exit status          {code}")
-    files = [f for f in ("records.jsonl", "summary.json", "params.npy") if (out / f).exists()]
+    files = [f for f in RUN_FILES if (out / f).exists()]
     lines.append(f"  wrote {out}/ ({', '.join(files)})")
     return lines
 
@@ -258,8 +261,9 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     echo(f"# {flavor} launcher; to rerun by hand:")
     echo(" ".join(f"{k}={shlex.quote(v)}" for k, v in shown.items()) + " " + shlex.join(cmd))
     try:
-        # an earlier run's summary must not pass for this one's (records.jsonl is rewritten as the run starts)
-        (Path(out) / "summary.json").unlink(missing_ok=True)
+        # an earlier run's files must not pass for this one's (nor be counted as its records if it never starts)
+        for name in RUN_FILES:
+            (Path(out) / name).unlink(missing_ok=True)
         code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
                          started=(STARTED, startup_bound(cfg)))
         if not (Path(out) / "summary.json").is_file():
@@ -286,10 +290,9 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     except NotStarted:
         # every rank hung before its own bounded waits begin (inside MPI_Init or Python's start-up): only the
         # launcher can see it
-        error = (f"the ranks did not all start within {startup_bound(cfg):g} s (2 x [run] startup_timeout + "
-                 f"{STARTUP_SLACK:g} s): a rank hung in Python's start-up or in MPI_Init; the job was killed")
-        echo(f"# {error}")
-        write_summary(Path(out), {"iterations": 0, **cfg.summary_fields([], error)})
+        _summary_from_outside(Path(out), cfg, f"the ranks did not all start within {startup_bound(cfg):g} s (2 x "
+                              f"[run] startup_timeout + {STARTUP_SLACK:g} s): a rank hung in Python's start-up or in "
+                              "MPI_Init; the job was killed", echo)
         return 1
 
 

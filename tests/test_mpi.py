@@ -441,6 +441,22 @@ def test_a_summary_that_cannot_be_written_is_said_not_raised(tmp_path, monkeypat
     assert any(line.startswith("# could not write") and "summary.json" in line for line in said), said
 
 
+def test_an_earlier_runs_files_are_not_this_runs(tmp_path, monkeypatch):
+    """A job that dies before rank 0 writes anything, in a folder holding an earlier run's files: none of them is
+    counted or listed as this run's (0 iterations, not the earlier 5)."""
+    from mpi_runtime import launch
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.jsonl").write_text('{"t": 0}\n' * 5)
+    (out / "params.npy").write_bytes(b"old")
+    monkeypatch.setattr(launch, "run_child", lambda cmd, **kwargs: 1)
+    said = []
+    assert launch.launch(_spec({"name": "sync"}, iterations=5), out, echo=said.append) == 1
+    assert json.loads((out / "summary.json").read_text())["iterations"] == 0
+    assert not (out / "params.npy").exists() and said[-1] == f"  wrote {out}/ (summary.json)"
+
+
 def test_gradcode_run_rejects_bad_spec_before_launch(tmp_path):
     path = tmp_path / "bad.toml"
     spec = _spec({"name": "fastest_k", "k": 9})

@@ -193,12 +193,17 @@ def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budge
 _BLOCK = 1 << 19
 
 
+def block_rows(n: int, most: int = 256) -> int:
+    """Iterations a vectorised block holds at ``n`` workers: ``most``, fewer where a row is long (``_BLOCK``)."""
+    return max(1, min(most, _BLOCK // n))
+
+
 def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk: int = 256) -> list[dict]:
     """Iteration ``t`` lasts ``T_(m:n)`` of its own draws; iterations are sampled and sorted ``chunk`` at a time
     (fewer at large ``n``: a block holds at most ``_BLOCK`` draws)."""
     plan = scheme.plan(0)
     n = scheme.n
-    chunk = max(1, min(chunk, _BLOCK // n))
+    chunk = block_rows(n, chunk)
     records: list[dict] = []
     clock = 0.0
     load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
@@ -217,7 +222,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         # abandon: a worker stops at the end, having done kth / compute of its load (work_done's rule)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where((compute > 0) & (compute > kth[:, None]), kth[:, None] / compute, 1.0)
-        computed_t = share.sum(axis=1) if unit == 1.0 else (share * load).sum(axis=1)   # x 1.0 changes no bit
+        computed_t = (share * load).sum(axis=1)
         starts = np.concatenate(([clock], ends[:-1]))
         for j, t in enumerate(ts):
             end = float(ends[j])
@@ -238,7 +243,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
     with the delays drawn ``chunk`` iterations at a time."""
     n = scheme.n
     policy = StopPolicy(scheme)
-    chunk = max(1, min(chunk, _BLOCK // n))
+    chunk = block_rows(n, chunk)
     records: list[dict] = []
     clock, free = 0.0, np.zeros(n)
     for t0 in range(0, iterations, chunk):

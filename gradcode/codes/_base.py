@@ -223,7 +223,7 @@ class Code:
         if method not in METHODS:
             raise ConfigError(f"unknown decoding method {method!r}; accepted: {', '.join(METHODS)}")
         F = self._responders(responders)
-        key = (method, F.dtype.str, F.tobytes())
+        key = self._fast_key(F, method)     # the sorted int64 set's own key
         if key in self._cache:
             result = self._cache[key]
         else:
@@ -276,7 +276,7 @@ class Code:
         if not self.exact or decoding.method != "exact" or not self._within_tol(decoding.residual):
             raise ValueError(f"not an exact decode within tol: {decoding.method}, residual {decoding.residual:.3g}")
         for method in ("exact", "auto"):
-            self._remember((method, F.dtype.str, F.tobytes()), decoding)
+            self._remember(self._fast_key(F, method), decoding)
 
     def _responders(self, responders) -> np.ndarray:
         """Validate a responder set (:func:`~gradcode.errors.check_workers`); return it sorted as int64."""

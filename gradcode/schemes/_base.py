@@ -109,6 +109,7 @@ def shortest_prefix(holds, order, lo: int, hi: int) -> int:
             lo = mid + 1
     return lo
 
+
 class Scheme:
     """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` (or ``stop_count``) and ``combine`` (or
     ``combine_sum``)."""
