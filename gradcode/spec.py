@@ -2,7 +2,7 @@
 
     [cluster]
     workers = 16                 # n
-    late_workers = "finish"      # or "abandon"
+    late_workers = "finish"      # or "abandon", "between_chunks"
 
     [workload]
     name = "least_squares"       # every other key is a parameter of the workload
@@ -78,7 +78,7 @@ INJECT_MODES = ("wait", "add")   # how an MPI worker injects its emulated delay 
 TRAINING_KEYS = ("optimizer", "momentum", "eval_every", "target_accuracy")   # passed on to the cluster's Driver
 RUN_KEYS = {key: meaning for key, (meaning, _) in _RUN.items()}
 RUN_NUMBERS = {key: rule for key, (_, rule) in _RUN.items() if rule is not None}
-CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish' or 'abandon'",
+CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish', 'abandon' or 'between_chunks'",
                 "kind": "'sim', 'mpi' or 'both'"}
 CLUSTER_KINDS = ("sim", "mpi", "both")
 EXPERIMENT_KEYS = {"name": "a short name of the experiment", "description": "free text"}

@@ -1,8 +1,9 @@
 """Everything a rank needs from the spec, validated before launch (this module never imports mpi4py).
 
 :func:`load_run` reads the spec with :func:`gradcode.spec.load_spec` (which validates every table) and adds the
-checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers`` (``finish``, or
-``abandon``: workers drop a stale plan between chunks, :mod:`mpi_runtime.worker`), ``[run] time_scale`` (wall-clock
+checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients), ``late_workers`` (``finish``,
+``abandon``: workers drop a stale plan at once or between chunks, or ``between_chunks``: only between chunks,
+:mod:`mpi_runtime.worker`), ``[run] time_scale`` (wall-clock
 seconds per model time unit), ``[run] grace`` (seconds any wait may last without an answer before the job fails
 naming the rank it waits for) and ``[run] startup_timeout`` (seconds the ranks may take to start: imports, loading
 and building on every rank, then each step of the set-up until the run clock starts). ``gradcode run`` calls it
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gradcode.clusters.driver import LATE_WORKERS
 from gradcode.errors import ConfigError, check_float, check_int
 from gradcode.spec import Spec, build, check_run, load_spec_built, run_kwargs, training_kwargs
 
@@ -91,8 +93,8 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
         raise ConfigError("MPI runs need a [workload] table: the ranks exchange real gradients")
     kwargs = run_kwargs(spec)
     late = kwargs.get("late_workers", "finish")
-    if late not in ("finish", "abandon"):
-        raise ConfigError(f"[cluster] late_workers = {late!r}: accepted: finish, abandon")
+    if late not in LATE_WORKERS:
+        raise ConfigError(f"[cluster] late_workers = {late!r}: accepted: {', '.join(LATE_WORKERS)}")
     if "seeds" in spec.run:
         raise ConfigError("[run] seeds: an MPI run takes one seed; use [run] seed")
     time_scale = check_float("[run] time_scale", spec.run.get("time_scale", DEFAULT_TIME_SCALE), low=0.0,

@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.clusters.driver import Arrivals, Driver, SimulationError, master_iteration
+from gradcode.clusters.driver import Arrivals, Driver, SimulationError, late_rule, master_iteration
 from gradcode.clusters.records import RecordWriter, complete_record, write_summary
 
 from . import protocol as P
@@ -218,7 +218,8 @@ class Master(Driver):
         """One iteration of chunked workers (``scheme.streams``, or ``late_workers = "abandon"``).
 
         The plan goes to every idle worker, and under ``abandon`` to the busy ones too (they drop their stale plan
-        at their next chunk boundary, or at once if it is not chunked). Every worker has one receive posted on
+        at their next chunk boundary, or at once if it is not chunked; ``between_chunks`` is ``abandon`` for a
+        chunked plan, :func:`gradcode.clusters.driver.late_rule`). Every worker has one receive posted on
         :data:`~mpi_runtime.protocol.STREAM_TAG`, reposted after each result; a result names its iteration and
         the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
         iteration go to the stop policy's streaming form (:meth:`gradcode.clusters.driver.StopPolicy.stream_holds`). The
@@ -240,7 +241,8 @@ class Master(Driver):
             if self.recv_reqs[i] == MPI.REQUEST_NULL:
                 self._post(i)
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
-        targets = range(self.n) if self.late == "abandon" else np.flatnonzero(self.busy < 0)
+        late = late_rule(self.late, plan)
+        targets = range(self.n) if late == "abandon" else np.flatnonzero(self.busy < 0)
         sent = []
         for i in targets:
             if self.busy[i] >= 0 and not self.send_reqs[i].Test():
@@ -251,9 +253,9 @@ class Master(Driver):
         send_s = time.perf_counter() - tick
         compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
         self.emulated = compute[0] + comm_time[0]
-        begin = np.maximum(start, free) if self.late == "finish" or plan.chunked else np.full(self.n, start)
+        begin = np.maximum(start, free) if late == "finish" or plan.chunked else np.full(self.n, start)
         try:
-            ideal = stream_iteration(self.policy, plan, start, begin, compute[0], comm_time[0], self.late)
+            ideal = stream_iteration(self.policy, plan, start, begin, compute[0], comm_time[0], late)
         except SimulationError as err:
             raise RunFailure(f"iteration {t}: {err}") from None
         self.expected_free[:] = np.where(ideal.started, self.stamp + (ideal.free - start) * self.scale,

@@ -39,6 +39,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from gradcode.clusters.driver import late_rule
 from gradcode.schemes._base import Plan
 
 from . import protocol as P
@@ -191,6 +192,7 @@ class Worker:
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
         plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch, tau=tau,
                     chunked=chunked)
+        late = late_rule(self.late, plan)     # between_chunks: abandon if the plan is chunked, else finish
         emits = set(self.scheme.emits(self.i, plan))
         compute, comm = self._draw(t, load)
         if not (math.isfinite(compute) and math.isfinite(comm)):
@@ -223,26 +225,26 @@ class Worker:
             # nothing to overrun, nor has a delay added after the real work), as in _work
             if not self.add and ends[j] - (ends[j - 1] if j else begin) >= P.RESOLUTION and time.time() > ends[j]:
                 self.overrun = True
-            state = self._until(ends[j], queue, t, interruptible=not chunked)
+            state = self._until(ends[j], queue, t, late, interruptible=not chunked)
             if state != "on":
                 return state != "stop"
             done = j + 1
             if not more:
                 break
-            if self.late == "abandon" and self._newer_plan():
+            if late == "abandon" and self._newer_plan():
                 self.free = ends[j]   # free from this chunk boundary (its emulated end), the simulator's free_i
                 return True   # drop the rest (and the messages not yet out): the newer plan is waiting
             # a message due before the next chunk's real work would be done goes out first, on time: behind that work
             # it would leave late by the whole real compute of a chunk (the next chunk still ends at ends[j + 1])
             if queue and queue[0][0] + spent <= ends[j + 1]:
-                state = self._until(queue[0][0], queue, t, interruptible=False)
+                state = self._until(queue[0][0], queue, t, late, interruptible=False)
                 if state != "on":
                     return state != "stop"
         if not ended:      # the plan ended with no message due: say so
             queue.append((ends[done - 1] + comm * scale if done else begin, done, None, True))
         # abandoned now: in the model the worker was free when its last chunk ended (unchunked: when the newer plan
         # was issued, as in the compute phase)
-        state = self._until(math.inf, queue, t, interruptible=self.late == "abandon",
+        state = self._until(math.inf, queue, t, late, interruptible=late == "abandon",
                             free_at=(ends[done - 1] if done else begin) if chunked else -math.inf)
         return state != "stop"
 
@@ -255,13 +257,14 @@ class Worker:
         self.faults.maybe_poison(t, self.ring.segments[m % len(self.ring.segments)])
         return m
 
-    def _until(self, until: float, queue: list, t: int, *, interruptible: bool, free_at: float = -math.inf) -> str:
+    def _until(self, until: float, queue: list, t: int, late: str, *, interruptible: bool,
+               free_at: float = -math.inf) -> str:
         """Wait until ``until`` (or until the queue is empty if ``until`` is inf), sending queued messages when
         due. ``"on"``; ``"stop"`` (a STOP came and was answered); ``"newer"`` (a newer plan, if ``interruptible``
         under abandon: the queue is dropped, and the worker counts as free from ``free_at``: by default as soon as
         the newer plan was issued, the simulator's ``begin = start`` for an unchunked plan; noticing it takes the
         worker up to a millisecond, which counts toward the next emulated time as the plan's transit does)."""
-        abandon = interruptible and self.late == "abandon"
+        abandon = interruptible and late == "abandon"
         while True:
             due = queue[0][0] if queue else math.inf
             nxt = min(until, due)

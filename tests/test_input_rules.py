@@ -167,7 +167,7 @@ def test_report_skips_a_run_without_a_readable_record(results, tmp_path):
 @pytest.mark.parametrize("scheme", [{"name": "sync"}, {"name": "fastest_k", "k": 3},
                                     {"name": "coded", "code": "cyclic_repetition", "s": 2},
                                     {"name": "adaptive_k_load", "max_batch": 2}], ids=str)
-@pytest.mark.parametrize("late", ["finish", "abandon"])
+@pytest.mark.parametrize("late", ["finish", "abandon", "between_chunks"])
 def test_zero_delay_records_are_consistent(delay, scheme, late):
     workload = make_workload({"name": "least_squares", "n_samples": 60, "dim": 3})
     for wl in (None, workload):

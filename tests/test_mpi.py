@@ -481,7 +481,7 @@ PARTIAL = {
 
 # on one node the model and the chunks go through shared memory (slots, rings); once with them in the messages
 PARTIAL_CASES = ([(name, late, "1") for name in PARTIAL for late in ("finish", "abandon")]
-                 + [("stream_s2_natural", "abandon", "0")])
+                 + [("stream_s2_natural", "abandon", "0"), ("stream_s2_natural", "between_chunks", "1")])
 
 
 @pytest.mark.parametrize(("name", "late", "shared"), PARTIAL_CASES)

@@ -32,6 +32,21 @@ class SimulationError(GradcodeError):
 
 
 # --- run rules ------------------------------------------------------------------------------------------------
+# What a worker still busy with an older plan does when a newer one is issued (docs/design.md#chunked-workers):
+# ``finish`` completes the work in hand; ``abandon`` drops it at once (a chunked plan: after the chunk in progress);
+# ``between_chunks`` drops it where a real worker can look up from its work: between two chunks of a chunked plan,
+# while an unchunked plan is one piece of work, finished.
+LATE_WORKERS = ("finish", "abandon", "between_chunks")
+
+
+def late_rule(late: str, plan: Plan) -> str:
+    """The rule ``plan``'s late workers follow under ``late_workers = late``: ``finish`` or ``abandon``
+    (``between_chunks`` is ``abandon`` for a chunked plan, ``finish`` for the others)."""
+    if late == "between_chunks":
+        return "abandon" if plan.chunked else "finish"
+    return late
+
+
 def default_lr(lr: float | None, workload) -> float:
     """The step size: ``lr`` if given, else the workload's own (0 for a timing-only run)."""
     if lr is not None:

@@ -13,7 +13,10 @@ also the ideal end time).
   discarded by iteration tag, and only then picks up the newest plan, so it can be late again;
 - ``"abandon"``: it drops the old work at once, as in the textbook analysis where every iteration takes
   ``T_(k:n)`` of fresh i.i.d. draws; a worker of a ``chunked`` plan (interruptible at chunk boundaries) first
-  finishes the chunk in progress, then takes the newest plan.
+  finishes the chunk in progress, then takes the newest plan;
+- ``"between_chunks"``: it drops the old work where a real worker can look up from it: a chunked plan after the
+  chunk in progress (as ``abandon``), an unchunked plan, one piece of work, not at all (as ``finish``). The rule to
+  compare chunked and unchunked schemes on (``docs/guide.md#partial-work``).
 
 Work is counted as done: a worker that abandons has computed the share of its load it got through (chunk by chunk
 in a chunked plan), and ``wasted`` is what it computed and no combine used.
@@ -46,12 +49,14 @@ from ..schemes import Scheme
 from ..schemes._base import Plan
 from ..workloads import make_workload
 from .driver import (
+    LATE_WORKERS,
     Driver,
     SimulationError,
     StopPolicy,
     all_reduce_schedule,
     arrival_order,
     default_lr,
+    late_rule,
     master_iteration,
     stream_iteration,
     used_load,
@@ -80,9 +85,6 @@ class SimResult:
                 writer.write(rec)
         write_summary(out, self.summary)
         return out
-
-
-LATE_WORKERS = ("finish", "abandon")
 
 
 def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, seed: int = 0, lr: float | None = None,
@@ -151,11 +153,10 @@ def _progress(enabled: bool, total: int):
 
 def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if (workload is not None or late_workers != "abandon" or scheme.decentralized or scheme.streams
-            or time_budget is not None):
+    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
         return False
     plan = scheme.plan(0)
-    if plan.chunked:
+    if plan.chunked or late_rule(late_workers, plan) != "abandon":
         return False
     # an exact code's stop depends on who arrived, not on when: stop_counts finds it per iteration
     return (scheme.stop_count() is not None or scheme.exact) and not math.isfinite(plan.deadline)
@@ -181,10 +182,10 @@ def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budge
     """Timing only, late workers finish, one message per plan: the delays are drawn ahead, a block of iterations at
     a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load); the
     iterations themselves stay one after the other (a late worker begins when it is free)."""
-    if (workload is not None or late_workers != "finish" or scheme.decentralized or scheme.streams
-            or time_budget is not None):
+    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
         return False
-    return not scheme.plan(0).chunked
+    plan = scheme.plan(0)
+    return not plan.chunked and late_rule(late_workers, plan) == "finish"
 
 
 # draws per vectorised block: 4 MB an array (52 rows at n = 10,000). At 256 rows (20 MB an array) a fresh process
@@ -320,13 +321,14 @@ class SimulatedCluster(Driver):
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
         compute, comm = self.delay.sample(self.seed, t, self.n, plan.load)
+        late = late_rule(self.late, plan)
         # abandon: a chunked worker drops the rest at its next chunk boundary (free then); others at once
-        begin = np.maximum(start, self.free) if self.late == "finish" or plan.chunked else np.full(self.n, start)
+        begin = np.maximum(start, self.free) if late == "finish" or plan.chunked else np.full(self.n, start)
         if self.scheme.streams:
-            return self._gather_stream(t, plan, start, begin, compute[0], comm[0])
+            return self._gather_stream(t, plan, start, begin, compute[0], comm[0], late)
         it = master_iteration(self.policy, plan, start, begin, compute[0], comm[0])
-        done = work_done(plan, begin, compute[0], it.end, it.started, self.late)
-        if self.late == "finish":
+        done = work_done(plan, begin, compute[0], it.end, it.started, late)
+        if late == "finish":
             self.free = np.where(it.started, it.arrive, self.free)
         self.clock = it.end
         combined = truth = None
@@ -344,9 +346,9 @@ class SimulatedCluster(Driver):
                                     worker_computed=done, combined=combined, truth=truth, **measured)
 
     def _gather_stream(self, t: int, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray,
-                       comm: np.ndarray) -> dict[str, Any]:
+                       comm: np.ndarray, late: str) -> dict[str, Any]:
         """A streaming scheme's iteration: chunk by chunk, several messages per worker (:class:`Stream`)."""
-        it = stream_iteration(self.policy, plan, start, begin, compute, comm, self.late)
+        it = stream_iteration(self.policy, plan, start, begin, compute, comm, late)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end
         self.scheme.observe_chunks(t, _chunk_seconds(plan, compute))
