@@ -70,6 +70,7 @@ TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
 #                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
 #                         deadline tau (model units; inf: none)
+PLAN_STAMP = 5          # where the plan's issue time is
 RESULT_HEADER = 10      # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
 #                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
 #                         ended with no message to send), wall time when the worker took the plan up, ring sequence
@@ -117,7 +118,7 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: 
 def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
     """``(t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau)``; ``w`` is a view into ``buf`` or into the
     shared slot that the plan names (never a copy; see :func:`check_model`)."""
-    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]
+    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]     # stamp: buf[PLAN_STAMP]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_held)])
     if slot >= 0:
         shared.sync()      # the master's write of the slot happened before its send of this plan

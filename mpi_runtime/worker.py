@@ -28,7 +28,12 @@ Worker ``i`` (rank ``i + 1``) loops:
 
 A streaming plan (``scheme.streams`` or ``late_workers = "abandon"``) runs chunk by chunk (:meth:`Worker._work_stream`):
 the model is copied out of its slot at once, each message is written into the worker's shared ring when its chunk
-ends (``streaming.Ring``; inline if the ring is full) and only its header goes out when it is due.
+ends (``streaming.Ring``; inline if the ring is full) and only its header goes out when it is due. Under ``abandon``
+(``between_chunks``: a chunked plan) the worker drops its plan for a newer one by the newer plan's issue time, not
+by when it noticed it: at a chunk boundary only a plan issued by then counts, and a plan issued before the chunk
+in progress began interrupts that chunk, the worker counting as free from its start (the simulator's rule, a
+chunk begun by the iteration's end is finished; a worker wakes a moment after its boundary, and deciding by arrival
+dropped plans one chunk early or late, moving whole runs off their ideal by up to 20 model units).
 """
 
 from __future__ import annotations
@@ -76,6 +81,9 @@ class Worker:
         # per worker); beyond that the master is hung (a dead master on this host is noticed at once, peers.py)
         self.patience = (2 * self.n + 2) * cfg.grace
         self.free = 0.0          # wall time at which this worker sent its last result
+        # the buffer of the plan in hand, and of a newer plan already received while it was in hand (_newer_plan)
+        self.current: int | None = None
+        self.pending: int | None = None
         # chunk by chunk, several results per plan, on the streaming tag (mpi_runtime/master.py): payloads in a ring
         # of shared segments (streaming.Ring), inline when the ring is full or nothing is shared
         self.stopped = False
@@ -93,16 +101,17 @@ class Worker:
         P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)], 2 * setup + 1, self.peers.check)
         self.peers.checkpoint("clock start", setup)    # the master starts its clock after this
         while True:
-            current = self._next_plan()
-            if current is None or not self._work(self.plans[current]):
+            self.current = self._next_plan()
+            if self.current is None or not self._work(self.plans[self.current]):
                 break          # a STOP, answered with ACK
         if self.shared:
             self.peers.checkpoint("shutdown", self.cfg.grace)
             self.shared.close()     # collective with the master, which has every ACK
 
     def _next_plan(self) -> int | None:
-        """Index of the buffer holding the newest queued plan; None on STOP."""
-        current: int | None = None
+        """Index of the buffer holding the newest queued plan (a plan received while the last was in hand counts as
+        queued); None on STOP."""
+        current, self.pending = self.pending, None
         status = MPI.Status()
         limit = time.perf_counter() + self.patience
         while True:
@@ -225,13 +234,20 @@ class Worker:
             # nothing to overrun, nor has a delay added after the real work), as in _work
             if not self.add and ends[j] - (ends[j - 1] if j else begin) >= P.RESOLUTION and time.time() > ends[j]:
                 self.overrun = True
-            state = self._until(ends[j], queue, t, late, interruptible=not chunked)
+            # a chunked plan is interruptible too, by a plan issued before this chunk began: in the model the worker
+            # never began it (the plan came a moment after the boundary, which passed by with nothing to see)
+            chunk_start = ends[j - 1] if j else begin
+            state = (self._until(ends[j], queue, t, late, interruptible=True, issued_by=chunk_start,
+                                 free_at=chunk_start) if chunked
+                     else self._until(ends[j], queue, t, late, interruptible=True))
             if state != "on":
                 return state != "stop"
             done = j + 1
             if not more:
                 break
-            if late == "abandon" and self._newer_plan():
+            # a plan issued after this boundary is noticed here when the worker wakes late: in the model the next
+            # chunk has begun (the simulator's chunk_start <= end), so it is dropped only at the next boundary
+            if late == "abandon" and self._newer_plan(issued_by=ends[j]):
                 self.free = ends[j]   # free from this chunk boundary (its emulated end), the simulator's free_i
                 return True   # drop the rest (and the messages not yet out): the newer plan is waiting
             # a message due before the next chunk's real work would be done goes out first, on time: behind that work
@@ -258,19 +274,20 @@ class Worker:
         return m
 
     def _until(self, until: float, queue: list, t: int, late: str, *, interruptible: bool,
-               free_at: float = -math.inf) -> str:
+               issued_by: float = math.inf, free_at: float = -math.inf) -> str:
         """Wait until ``until`` (or until the queue is empty if ``until`` is inf), sending queued messages when
         due. ``"on"``; ``"stop"`` (a STOP came and was answered); ``"newer"`` (a newer plan, if ``interruptible``
         under abandon: the queue is dropped, and the worker counts as free from ``free_at``: by default as soon as
         the newer plan was issued, the simulator's ``begin = start`` for an unchunked plan; noticing it takes the
-        worker up to a millisecond, which counts toward the next emulated time as the plan's transit does)."""
+        worker up to a millisecond, which counts toward the next emulated time as the plan's transit does). Only a
+        plan issued by ``issued_by`` interrupts (:meth:`_newer_plan`)."""
         abandon = interruptible and late == "abandon"
         while True:
             due = queue[0][0] if queue else math.inf
             nxt = min(until, due)
             if not math.isfinite(nxt):
                 return "on"
-            watch = self._stop_or_newer if abandon else self._stop_came
+            watch = (lambda: self._stop_came() or self._newer_plan(issued_by)) if abandon else self._stop_came
             if not P.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005, nap=self.bell.wait):
                 if self.stopped:
                     return "stop"
@@ -302,13 +319,17 @@ class Worker:
         self._wait(self.comm.Isend(out, dest=0, tag=P.STREAM_TAG), f"a result of iteration {t}")
         self.bell.ring(0)
 
-    def _newer_plan(self) -> bool:
-        """Is a plan waiting (a newer one: plans come in order)?"""
+    def _newer_plan(self, issued_by: float = math.inf) -> bool:
+        """Has a newer plan been issued by the wall time ``issued_by``? Plans that came are received now, into the
+        buffer the plan in hand does not use (the newest kept: plans come in order), for :meth:`_next_plan` to take.
+        By their issue time, not their arrival: the worker looks when it wakes, a moment after a chunk boundary,
+        and a plan issued in that moment came after the boundary, as the simulator has it."""
         status = MPI.Status()
-        return P.probe(self.comm, 0, MPI.ANY_TAG, status) and status.Get_tag() != P.CTRL_TAG
-
-    def _stop_or_newer(self) -> bool:
-        return self._stop_came() or self._newer_plan()
+        while P.probe(self.comm, 0, MPI.ANY_TAG, status) and status.Get_tag() != P.CTRL_TAG:
+            spare = 1 - self.current
+            self._wait(self.comm.Irecv(self.plans[spare], source=0, tag=status.Get_tag()), "a plan")
+            self.pending = spare
+        return self.pending is not None and self.plans[self.pending][P.PLAN_STAMP] <= issued_by
 
     def _draw(self, t: int, load: float) -> tuple[float, float]:
         """This worker's compute and communication time of plan ``t`` in model units (the simulator's draw)."""

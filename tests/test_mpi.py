@@ -503,6 +503,10 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, sha
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     mean = lambda recs: np.mean([r["end"] - r["start"] for r in recs])   # noqa: E731
     assert mean(mpi) == pytest.approx(mean(sim.records), rel=0.10)
+    # a worker that woke a moment after its chunk boundary and found a plan issued in that moment dropped its plan
+    # there, where the model has it begin the next chunk (ties: the message of the chunk that ends the iteration,
+    # comm = 0): the runs drifted from their ideal by up to 20 units, either way, in 5 of 12 runs of the abandon case
+    _no_iteration_beats_its_ideal(mpi)
     if name == "stream_s1_l2":
         assert all(r["floats"] == 4 * worker_values(r, "worker_messages", spec["cluster"]["workers"]).sum()
                    for r in mpi)   # d / l = 8 / 2 per message
