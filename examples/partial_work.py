@@ -11,6 +11,7 @@ workers).
 
     python examples/partial_work.py                  # the tables, seeds 0-2, late_workers = "finish"
     python examples/partial_work.py --late abandon   # the same with interruptible workers
+    python examples/partial_work.py --late between_chunks   # each stops where it can (chunked: between chunks)
     python examples/partial_work.py --quick          # one seed, fewer iterations
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcode import make_delay, make_scheme
-from gradcode.clusters.sim import simulate
+from gradcode.clusters.sim import LATE_WORKERS, simulate
 from gradcode.spec import build, load_spec
 
 DEFAULT = Path(__file__).resolve().parent / "default.toml"
@@ -97,7 +98,7 @@ def wasted(delay=0, seeds=(0, 1, 2), iterations: int = 200) -> dict[str, dict[st
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one seed, 60 iterations")
-    ap.add_argument("--late", choices=("finish", "abandon"), default="finish",
+    ap.add_argument("--late", choices=LATE_WORKERS, default="finish",
                     help="late workers in the time-to-target table (default: finish, as in the default experiment)")
     args = ap.parse_args(argv)
     seeds = (0,) if args.quick else (0, 1, 2)
