@@ -39,6 +39,7 @@ test: $(STAMP)
 OPENMPI_TESTS := "tests/test_mpi.py::test_master_schemes_agree_with_simulator[fastest_k]" \
 	"tests/test_mpi.py::test_dropcompute_agrees_with_simulator" \
 	"tests/test_mpi.py::test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator[stream_s1_l2-finish-1]" \
+	"tests/test_mpi.py::test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator[stream_s2_natural-between_chunks-1]" \
 	"tests/test_mpi.py::test_gradcode_run_prints_command_and_writes_results" \
 	tests/test_multihost.py
 test-openmpi: $(STAMP_OMPI)
