@@ -687,3 +687,21 @@ def test_whole_unit_only_where_counting_is_exact():
     assert _whole_unit([1.0, 2.0]) is None and _whole_unit(np.full(4, 0.5)) is None
     assert _whole_unit(np.full(4, 2.0 ** 52)) is None          # sums past 2^53 are not exact
     assert _whole_unit(np.full(4, np.nan)) is None and _whole_unit(np.zeros(3)) == 0.0
+
+
+@pytest.mark.parametrize(("name", "params"), [("sync", {}), ("adaptive_k_load", {}), ("partial_coded", {"s": 2})])
+def test_training_draws_made_ahead_are_the_draws_of_each_iteration(monkeypatch, name, params):
+    """A training run draws its delays a block of iterations ahead while the load stays the same
+    (``SimulatedCluster._draws``); its records and parameters are those of one draw per iteration, also for a
+    scheme whose load changes (adaptive_k_load: a block drawn at the old load must not be used)."""
+    import gradcode.clusters.sim as sim
+
+    wl = make_workload("least_squares", n_samples=600, dim=6, seed=1)
+
+    def run():
+        res = simulate(make_scheme(name, n=6, **params), "pareto", wl, iterations=40, seed=2)
+        return json.dumps([res.records, res.params], default=lambda v: v.tolist())
+
+    ahead = run()
+    monkeypatch.setattr(sim, "block_rows", lambda n, most=256: 1)
+    assert run() == ahead

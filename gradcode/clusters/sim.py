@@ -16,7 +16,7 @@ also the ideal end time).
   finishes the chunk in progress, then takes the newest plan;
 - ``"between_chunks"``: it drops the old work where a real worker can look up from it: a chunked plan after the
   chunk in progress (as ``abandon``), an unchunked plan, one piece of work, not at all (as ``finish``). The rule to
-  compare chunked and unchunked schemes on (``docs/guide.md#partial-work``).
+  compare chunked and unchunked schemes on (``docs/guide.md#partial-work-chunked-workers-and-partial_coded``).
 
 Work is counted as done: a worker that abandons has computed the share of its load it got through (chunk by chunk
 in a chunked plan), and ``wasted`` is what it computed and no combine used.
@@ -329,6 +329,7 @@ class SimulatedCluster(Driver):
         if block is not None and block[0] <= t < block[0] + len(block[2]) and _same_load(block[1], load):
             j = t - block[0]
             return block[2][j:j + 1], block[3][j:j + 1]
+        load = np.array(load, dtype=float)     # a copy: a scheme may change its load array in place
         steady = self._last_load is not None and _same_load(self._last_load, load)
         self._last_load = load
         rows = min(block_rows(self.n, 64), self.iterations - t) if steady else 1
@@ -412,8 +413,8 @@ def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
     return compute / np.array([plan.chunks(i) for i in range(len(compute))], dtype=float)
 
 
-def _same_load(a, b) -> bool:
-    return a is b or np.array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+def _same_load(kept: np.ndarray, load) -> bool:
+    return np.array_equal(kept, np.asarray(load, dtype=float))
 
 
 def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
