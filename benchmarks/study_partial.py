@@ -30,11 +30,15 @@ from pathlib import Path
 from gradcode import make_delay, make_scheme, simulate
 
 
+def _fresh(scheme: dict, n: int):
+    """A new scheme object from ``{"name": ..., parameters}`` (its learnt state must not carry over)."""
+    return make_scheme(scheme["name"], n=n, **{k: v for k, v in scheme.items() if k != "name"})
+
+
 def mean_time(scheme: dict, delay: dict, late: str, iterations: int, seeds: list[int], n: int) -> float:
     total = 0.0
     for seed in seeds:
-        s = make_scheme(scheme["name"], n=n, **{k: v for k, v in scheme.items() if k != "name"})
-        total += simulate(s, make_delay(delay), iterations=iterations, seed=seed,
+        total += simulate(_fresh(scheme, n), make_delay(delay), iterations=iterations, seed=seed,
                           late_workers=late).summary["mean_iteration_time"]
     return total / len(seeds)
 
@@ -46,8 +50,7 @@ def first_round(scheme: dict, delay: dict, n: int) -> float:
     """Mean end time of the first iteration over seeds ``0 .. ROUND_SEEDS - 1``: one gradient, nothing before it."""
     total = 0.0
     for seed in range(ROUND_SEEDS):
-        s = make_scheme(scheme["name"], n=n, **{k: v for k, v in scheme.items() if k != "name"})
-        total += simulate(s, make_delay(delay), iterations=1, seed=seed).records[0]["end"]
+        total += simulate(_fresh(scheme, n), make_delay(delay), iterations=1, seed=seed).records[0]["end"]
     return total / ROUND_SEEDS
 
 

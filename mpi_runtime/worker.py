@@ -237,9 +237,9 @@ class Worker:
             # a chunked plan is interruptible too, by a plan issued before this chunk began: in the model the worker
             # never began it (the plan came a moment after the boundary, which passed by with nothing to see)
             chunk_start = ends[j - 1] if j else begin
-            state = (self._until(ends[j], queue, t, late, interruptible=True, issued_by=chunk_start,
-                                 free_at=chunk_start) if chunked
-                     else self._until(ends[j], queue, t, late, interruptible=True))
+            state = self._until(ends[j], queue, t, late, interruptible=True,
+                                issued_by=chunk_start if chunked else math.inf,
+                                free_at=chunk_start if chunked else -math.inf)
             if state != "on":
                 return state != "stop"
             done = j + 1

@@ -303,8 +303,7 @@ class SimulatedCluster(Driver):
         self.bar = _progress(progress, self.iterations)
         self.clock = 0.0
         self.free = np.zeros(self.n)
-        self._block: tuple | None = None     # (first t, load, compute, comm): draws made ahead (_draws)
-        self._last_load = None
+        self._block: tuple | None = None     # (first t, load, compute, comm): the last draws (_draws)
 
     def emit(self, rec: dict[str, Any]) -> None:
         if self.on_record is not None:
@@ -326,12 +325,11 @@ class SimulatedCluster(Driver):
         numbers one call per iteration gives, for one call per block (two seeded generators a call: 6-7% of an
         iteration of a small training run)."""
         block = self._block
-        if block is not None and block[0] <= t < block[0] + len(block[2]) and _same_load(block[1], load):
+        steady = block is not None and _same_load(block[1], load)    # the load of the last draws
+        if steady and block[0] <= t < block[0] + len(block[2]):
             j = t - block[0]
             return block[2][j:j + 1], block[3][j:j + 1]
         load = np.array(load, dtype=float)     # a copy: a scheme may change its load array in place
-        steady = self._last_load is not None and _same_load(self._last_load, load)
-        self._last_load = load
         rows = min(block_rows(self.n, 64), self.iterations - t) if steady else 1
         compute, comm = self.delay.sample(self.seed, np.arange(t, t + rows), self.n, load)
         self._block = (t, load, compute, comm)
