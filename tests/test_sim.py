@@ -705,3 +705,30 @@ def test_training_draws_made_ahead_are_the_draws_of_each_iteration(monkeypatch, 
     ahead = run()
     monkeypatch.setattr(sim, "block_rows", lambda n, most=256: 1)
     assert run() == ahead
+
+
+@pytest.mark.parametrize("name, params", [("sync", {}), ("fastest_k", {"k": 4}), ("backup", {"b": 2}),
+                                          ("adaptive_k", {"k0": 2}), ("adaptive_k_load", {})])
+def test_one_pass_combine_is_the_messages_combine(monkeypatch, name, params):
+    """An averaging scheme's estimate and the full gradient come from one product of weights and partials
+    (``SimulatedCluster._combine`` with ``message_weights``); they are what its messages and ``combine`` give, to
+    rounding: the same responders, loads and stops, and parameters, losses and gradient errors to 1e-12."""
+    from gradcode.schemes._base import Scheme
+
+    wl = make_workload("least_squares", n_samples=600, dim=6, seed=1)
+    scheme = make_scheme(name, n=6, **params)
+    scheme.bind(delay=make_delay("pareto"))
+    assert scheme.sums_messages and scheme.message_weights([0, 2], scheme.plan(0)).tolist() == [1, 0, 1, 0, 0, 0]
+
+    def run():
+        # a small step: the full gradient stays far from 0, so the gradient error's rounding stays small
+        return simulate(make_scheme(name, n=6, **params), "pareto", wl, iterations=40, seed=2, loss_every=1, lr=0.01)
+
+    one_pass = run()
+    monkeypatch.setattr(type(scheme), "message_weights", Scheme.message_weights)     # the messages one by one
+    messages = run()
+    for a, b in zip(one_pass.records, messages.records, strict=True):
+        assert a["responders"] == b["responders"] and a["end"] == b["end"] and a.get("k") == b.get("k")
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-12, abs=1e-15)
+        assert a["grad_error"] == pytest.approx(b["grad_error"], rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(one_pass.params, messages.params, rtol=1e-12, atol=1e-15)

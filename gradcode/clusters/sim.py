@@ -46,7 +46,7 @@ import numpy as np
 from ..delays import make_delay
 from ..errors import ConfigError, check_float, check_int, check_seed
 from ..schemes import Scheme
-from ..schemes._base import Plan
+from ..schemes._base import Combined, Plan
 from ..workloads import make_workload
 from .driver import (
     LATE_WORKERS,
@@ -319,6 +319,19 @@ class SimulatedCluster(Driver):
         """The ``(n_parts, d)`` gradients of every partition at the current model."""
         return self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch)
 
+    def _combine(self, partials: np.ndarray, responders: np.ndarray, plan: Plan) -> tuple[Combined, np.ndarray]:
+        """The estimate from the responders' messages, and the full gradient (``grad_error``'s truth). A scheme that
+        combines from the messages' plain sum (``sums_messages``), each message a sum of partitions
+        (``message_weights``), gets both from one product ``(2, n_parts) @ (n_parts, d)``: one pass over the
+        partials instead of a copy of the responders' rows and two sums (~50 us an iteration at n = 100, d = 1,000,
+        a tenth of the simulator's own time there). The same numbers up to rounding (the order of the additions)."""
+        weights = self.scheme.message_weights(responders, plan) if self.scheme.sums_messages else None
+        if weights is None:
+            messages = self.scheme.messages(partials, responders, plan)
+            return self.scheme.combine(messages, responders.tolist(), plan), partials.sum(axis=0)
+        total, truth = np.stack([weights, np.ones(plan.n_parts)]) @ partials
+        return self.scheme.combine_sum(total, len(responders), plan), truth
+
     def _draws(self, t: int, load) -> tuple[np.ndarray, np.ndarray]:
         """Iteration ``t``'s ``(1, n)`` compute and communication times. While the plans' load stays the same they
         are drawn a block of iterations ahead: a draw depends on ``(seed, t, i, load)`` only, so these are the
@@ -351,10 +364,7 @@ class SimulatedCluster(Driver):
         combined = truth = None
         measured = {}
         if self.workload is not None:
-            partials = self._partials(t, plan)
-            messages = self.scheme.messages(partials, it.responders, plan)
-            combined = self.scheme.combine(messages, it.responders.tolist(), plan)
-            truth = partials.sum(axis=0)
+            combined, truth = self._combine(self._partials(t, plan), it.responders, plan)
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
             measured["busy"] = _spans(begin, it.arrive, it.started)
         measured.update(_master_times(start, it, compute[0], comm[0], as_lists=self.workload is not None))

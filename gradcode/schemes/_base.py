@@ -200,6 +200,12 @@ class Scheme:
         ``(len(responders), d)`` array (what the simulator, which computes each partition once, needs)."""
         return np.stack([self.message(int(i), partials[list(plan.parts[i])], plan) for i in responders])
 
+    def message_weights(self, responders, plan: Plan) -> np.ndarray | None:
+        """The ``responders``' messages added up, as weights on the partitions' gradients: ``c`` (``(n_parts,)``) with
+        ``messages(partials, responders, plan).sum(axis=0) == c @ partials``; None (the default) where a message is
+        not such a sum. With :attr:`sums_messages` it lets a simulator combine from one pass over the partials."""
+        return None
+
     def message_size(self, d: int) -> int:
         """Real numbers per message for a model of ``d`` parameters."""
         return d

@@ -21,6 +21,12 @@ class _Averaging(Scheme):
     def messages(self, partials, responders, plan: Plan) -> np.ndarray:
         return partials[np.asarray(responders)]   # worker i holds partition i alone
 
+    def message_weights(self, responders, plan: Plan) -> np.ndarray:
+        """1 for each responder's own partition, 0 elsewhere."""
+        weights = np.zeros(plan.n_parts)
+        weights[np.asarray(responders, dtype=np.intp)] = 1.0
+        return weights
+
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The estimate from the plain sum of ``parts`` responders' messages: ``(n_parts / parts) * total``."""
         return Combined(total * (plan.n_parts / parts), method="average")
