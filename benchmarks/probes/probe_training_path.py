@@ -1,14 +1,14 @@
 """Probe (issue 30, training row): how close to its floor could a training simulator of this design come?
 
-``bench_sim.py --part training`` puts the simulator at ~0.77 of the bare gradients (sync, fastest_k) while its
-floor (the delays, the gradients, their sum and the step) sits at ~1.0: the gap is the simulator's per-iteration
-Python. This probe times, in the same process and interleaved with the bare gradients, a *fused* loop that does
-what a sync or fastest-k training iteration must (the delays drawn a block ahead, when each worker begins and
-answers, the stop at the k-th arrival, the average of the responders' gradients, the gradient error against the
-full sum, the step, the loss every 50 iterations) and keeps a record with per-worker arrays (no lists). It is a
-measurement of what a redesign could reach, not a simulator: it has no schemes, no stop policy and none of the
-record's other fields. Same workload and sizes as bench_sim (least squares n = 100, d = 1,000, batch 10, 300
-iterations).
+``bench_sim.py --part training`` puts the simulator at ~0.83 of the bare gradients (sync, fastest_k) while its floor
+(the delays, the gradients, their sum and the step) sits at ~1.0: the gap is the simulator's per-iteration Python.
+This probe times, in the same process and interleaved with the bare gradients, a *fused* loop that does what a sync
+or fastest-k training iteration must (the delays drawn a block ahead, when each worker begins and answers, the stop
+at the k-th arrival, the average of the responders' gradients and the full sum, both from one product of weights and
+partials as the simulator's, the gradient error, the step, the loss every 50 iterations) and keeps a record with
+per-worker arrays (no lists). It is a measurement of what a redesign could reach, not a simulator: it has no
+schemes, no stop policy and none of the record's other fields. Same workload and sizes as bench_sim (least squares n
+= 100, d = 1,000, batch 10, 300 iterations).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/probes/probe_training_path.py [--repeats 3] [--rounds 3]
 """
