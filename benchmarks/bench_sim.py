@@ -162,7 +162,7 @@ def main() -> None:
         n, iters, batch = 100, 300, 10
         w = wl.init_params()
         for name, params in (("sync", {}), ("fastest_k", {"k": 80}),
-                             ("coded", {"code": "cyclic_repetition", "s": 3})):
+                             ("coded", {"code": "cyclic_repetition", "s": 3}), ("partial_coded", {"s": 3})):
             fresh = functools.partial(make_scheme, name, n=n, batch=batch, **params)
             parts = fresh().plan(0).n_parts
             sec = interleaved({

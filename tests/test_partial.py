@@ -475,3 +475,35 @@ def test_a_timing_only_run_takes_any_l():
     times = [runs[l].summary["mean_iteration_time"] for l in (1, 2, 3)]
     assert times[0] < times[1] < times[2]
     assert all("floats" not in r for run in runs.values() for r in run.records)
+
+
+@pytest.mark.parametrize("params", [{"s": 2}, {"s": 2, "order": "natural"}, {"s": 3, "group": 2},
+                                    {"s": 2, "group": 3}, {"s": 2, "l": 2}, {"s": 2, "protocol": "tandon"},
+                                    {"s": 2, "mode": "approximate", "wait": 5}])
+def test_partial_coded_from_the_partials_is_its_messages_combine(monkeypatch, params):
+    """The simulator combines partial_coded's stream from every partition's gradients where the scheme can
+    (``combine_stream_partials``: whole chunks, one per message) and from its messages otherwise; both give the same
+    run, to rounding. And the scheme's own ``message_parts`` (by arithmetic on ``group``) is the base class's (by
+    the emits) for every message of every worker."""
+    from gradcode.schemes._base import Scheme
+
+    scheme = make_scheme("partial_coded", n=6, **params)
+    plan = scheme.plan(0)
+    for i in range(6):
+        for c in scheme.emits(i, plan):
+            assert scheme.message_parts(i, c, plan) == Scheme.message_parts(scheme, i, c, plan)
+    wl = make_workload("least_squares", n_samples=600, dim=6, seed=1)
+
+    def run():
+        return simulate(make_scheme("partial_coded", n=6, **params), "pareto", wl, iterations=30, seed=2,
+                        loss_every=1, lr=0.01, late_workers="between_chunks")
+
+    fast = run()
+    monkeypatch.setattr(type(scheme), "combine_stream_partials", Scheme.combine_stream_partials)
+    slow = run()
+    for a, b in zip(fast.records, slow.records, strict=True):
+        assert a["received"] == b["received"] and a["end"] == b["end"] and a["method"] == b["method"]
+        assert a["residual"] == pytest.approx(b["residual"], abs=1e-12)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-12)
+        assert a["grad_error"] == pytest.approx(b["grad_error"], rel=1e-9, abs=1e-12)
+    np.testing.assert_allclose(fast.params, slow.params, rtol=1e-12, atol=1e-15)

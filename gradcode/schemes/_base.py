@@ -305,6 +305,11 @@ class Scheme:
         worker) :meth:`combine` of their workers."""
         return self.combine(messages, [i for i, _ in received], plan)
 
+    def combine_stream_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
+        """:meth:`combine_stream` of the messages ``received`` from every partition's ``(n_parts, d)`` gradients,
+        what a simulator has, without making the messages; None (the default) where the scheme needs them."""
+        return None
+
     # --- adding the messages up as they arrive (the MPI master keeps the sum off the critical path) ---------------
     @property
     def sums_on_arrival(self) -> bool:

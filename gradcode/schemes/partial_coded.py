@@ -95,6 +95,7 @@ the following is what those say, then what we chose:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -197,7 +198,12 @@ class PartialCoded(Scheme):
         L = plan.chunks(i)
         if self.protocol == "tandon":
             return (self._own, L)
-        return tuple(sorted(set(range(self.group, L + 1, self.group)) | {L}))
+        return _emits(L, self.group)
+
+    def message_parts(self, i: int, c: int, plan: Plan) -> tuple[int, ...]:
+        if self.protocol == "stream":    # the previous message went after the last multiple of group below c
+            return tuple(plan.parts[i][(c - 1) // self.group * self.group:c])
+        return super().message_parts(i, c, plan)
 
     def message_size(self, d: int) -> int:
         """Real numbers per message: ``d``, or ``d / l`` with ``l > 1`` (``l`` must divide ``d``)."""
@@ -297,6 +303,16 @@ class PartialCoded(Scheme):
         a, residual = self._weights(received, plan)
         return Combined(a @ messages, residual=residual, method=self._method(residual, received))
 
+    def combine_stream_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
+        # whole chunks, one per message (sums_on_arrival): the chunks the weights keep, added up in one product
+        if not self.sums_on_arrival:
+            return None
+        a, residual = self._weights(received, plan)
+        weights = np.zeros(plan.n_parts)
+        for k in np.flatnonzero(a).tolist():
+            weights[list(self.message_parts(*received[k], plan))] += a[k]
+        return Combined(weights @ partials, residual=residual, method=self._method(residual, received))
+
     def _combine_split(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         """``l > 1``: per chunk, its ``l`` parts from the first ``l`` distinct workers' messages (an ``l x l`` solve,
         :func:`split_coefficients`); with fewer copies (approximate mode) the least-squares, minimum-norm estimate.
@@ -382,3 +398,10 @@ def split_coefficients(holders: int, l: int) -> np.ndarray:
     """
     x = np.cos((2 * np.arange(holders) + 1) * np.pi / (2 * holders))
     return np.cos(np.arange(l)[None, :] * np.arccos(x)[:, None])
+
+
+@functools.lru_cache(maxsize=1024)
+def _emits(chunks: int, group: int) -> tuple[int, ...]:
+    """After every ``group`` chunks and after the last of ``chunks``; asked once per message and step (hundreds of
+    times an iteration at n = 100), so computed once per pair."""
+    return tuple(sorted(set(range(group, chunks + 1, group)) | {chunks}))
