@@ -507,3 +507,34 @@ def test_partial_coded_from_the_partials_is_its_messages_combine(monkeypatch, pa
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-12)
         assert a["grad_error"] == pytest.approx(b["grad_error"], rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(fast.params, slow.params, rtol=1e-12, atol=1e-15)
+
+
+def test_least_true_finds_the_first_true_index_from_any_guess():
+    """The ordering's search (``chunk_order._least_true``): the least index where a monotone test holds, from
+    every starting guess, each index tested at most once; the last index when none holds."""
+    for size in range(1, 25):
+        for first in range(size + 1):            # the first index that holds (size: none)
+            for guess in range(-2, size + 2):
+                calls = []
+
+                def ok(i, first=first, calls=calls, size=size):
+                    calls.append(i)
+                    assert 0 <= i < size
+                    return i >= first
+
+                assert chunk_order._least_true(ok, size, guess) == min(first, size - 1)
+                assert len(calls) == len(set(calls))
+
+
+@pytest.mark.parametrize("l", [1, 2])
+def test_ordering_searched_from_any_time_is_the_bisections(l):
+    """``timed_optimal_order`` gives the same orders whatever time its search starts from, and its time is the
+    orders' completion time."""
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n, s = int(rng.integers(3, 12)), 2
+        tau = rng.exponential(size=n) + 0.5
+        orders, time = chunk_order.timed_optimal_order(tau, s, l)
+        assert time == pytest.approx(chunk_order.completion_time(orders, tau, l))
+        for near in (0.0, float(tau.min()), time, float(tau.max()) * 3, 1e12):
+            assert chunk_order.timed_optimal_order(tau, s, l, near=near) == (orders, time)

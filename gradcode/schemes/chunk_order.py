@@ -49,7 +49,8 @@ import itertools
 
 import numpy as np
 
-__all__ = ["brute_force_order", "completion_time", "natural_order", "optimal_order", "worst_case_chunks"]
+__all__ = ["brute_force_order", "completion_time", "natural_order", "optimal_order", "timed_optimal_order",
+           "worst_case_chunks"]
 
 
 def holders(n: int, s: int) -> list[tuple[int, ...]]:
@@ -160,30 +161,71 @@ def optimal_order(tau, s: int, l: int = 1) -> tuple[tuple[int, ...], ...]:
     """Orders minimising :func:`completion_time` (every chunk computed by ``l`` of its holders) for per-chunk times
     ``tau`` (one per worker), cyclic assignment. ``l = 1``: a bipartite matching per candidate time; ``l > 1``: a
     maximum flow per candidate time (each chunk needs ``l`` distinct holders)."""
+    return timed_optimal_order(tau, s, l)[0]
+
+
+def timed_optimal_order(tau, s: int, l: int = 1, near: float | None = None):
+    """``(optimal_order(tau, s, l), its completion time)``. The least feasible candidate time is searched outward
+    from ``near`` (e.g. the last iteration's time: the per-chunk times drift slowly, so a few tests instead of a
+    bisection's ~9 at n = 100); the result does not depend on ``near``."""
     tau = np.asarray(tau, dtype=float)
     n = len(tau)
     ell = s + 1
     candidates = np.unique((tau[:, None] * np.arange(1, ell + 1)[None, :]).ravel())
-    lo, hi = 0, len(candidates) - 1
-    best = None
-    while lo <= hi:    # the least candidate time whose capacities cover every chunk (l times)
-        mid = (lo + hi) // 2
-        caps = tuple(np.minimum(ell, np.floor(candidates[mid] / tau + 1e-12)).astype(int).tolist())
-        got = _feasible(n, s, caps) if l == 1 else _feasible_multi(n, s, caps, l)
-        if got is not None:
-            best, hi = got, mid - 1
-        else:
-            lo = mid + 1
+    found: dict[int, object] = {}
+
+    def feasible(i: int) -> bool:    # may every chunk be covered (l times) by the candidate time i?
+        caps = tuple(np.minimum(ell, np.floor(candidates[i] / tau + 1e-12)).astype(int).tolist())
+        found[i] = _feasible(n, s, caps) if l == 1 else _feasible_multi(n, s, caps, l)
+        return found[i] is not None
+
+    guess = len(candidates) - 1 if near is None else int(np.searchsorted(candidates, near))
+    least = _least_true(feasible, len(candidates), guess)
+    best = found.get(least)
     natural = natural_order(n, s)
     if best is None:    # cannot happen (at the largest candidate every worker does all its chunks); be safe
-        return natural
+        return natural, completion_time(natural, tau, l)
     if l == 1:
         best = [{int(w)} for w in best]
     orders = []
     for w in range(n):
         mine = [c for c in natural[w] if w in best[c]]
         orders.append(tuple(mine + [c for c in natural[w] if w not in best[c]]))
-    return tuple(orders)
+    return tuple(orders), float(candidates[least])
+
+
+def _least_true(ok, size: int, guess: int) -> int:
+    """The least ``i`` in ``range(size)`` with ``ok(i)`` for ``ok`` false then true (``size - 1`` if none is):
+    steps doubling outward from ``guess``, then a bisection; ``ok`` is called once per index at most."""
+    seen: dict[int, bool] = {}
+
+    def test(i: int) -> bool:
+        if i not in seen:
+            seen[i] = ok(i)
+        return seen[i]
+
+    guess = min(max(guess, 0), size - 1)
+    if test(guess):
+        lo, hi, step = guess - 1, guess, 1          # test(hi); find a false lo, or -1
+        while lo >= 0 and test(lo):
+            hi, step = lo, step * 2
+            lo = hi - step
+        lo = max(lo, -1)
+    else:
+        lo, hi, step = guess, guess + 1, 1          # not test(lo); find a true hi
+        while hi < size - 1 and not test(hi):
+            lo, step = hi, step * 2
+            hi = lo + step
+        hi = min(hi, size - 1)
+        if not test(hi):
+            return hi                               # none is (the caller checks)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if test(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def brute_force_order(tau, s: int, l: int = 1) -> tuple[float, tuple[tuple[int, ...], ...]]:
