@@ -239,6 +239,9 @@ class PartialCoded(Scheme):
     def stream_stop_index(self, received, plan: Plan) -> int | None:
         if self.protocol == "stream" and (self.group == 1 or self.mode == "approximate"):
             need = self.n if self.mode == "exact" else self.wait
+            if self.group == 1 and self.l == 1:     # a chunk a message: done at the need-th chunk first seen
+                first = np.sort(np.unique(self._chunk_of_each(received, plan), return_index=True)[1])
+                return int(first[need - 1]) + 1 if len(first) >= need else None
             copies: dict[int, set[int]] = {}
             done = 0
             for k, (i, c) in enumerate(received):   # one pass: the chunks in (l times) as the messages arrive
@@ -251,6 +254,11 @@ class PartialCoded(Scheme):
                     return k + 1
             return None
         return super().stream_stop_index(received, plan)
+
+    @staticmethod
+    def _chunk_of_each(received, plan: Plan) -> np.ndarray:
+        """The chunk each message ``(worker, chunks)`` carries (protocol stream, group 1: one chunk a message)."""
+        return np.fromiter((plan.parts[i][c - 1] for i, c in received), dtype=np.intp, count=len(received))
 
     def _copies(self, received, plan: Plan) -> dict[int, dict[int, int]]:
         """``{chunk: {worker: index of its message}}``, the first message of each worker per chunk, in arrival
@@ -269,7 +277,11 @@ class PartialCoded(Scheme):
     def _weights(self, received, plan: Plan) -> tuple[np.ndarray, float]:
         """Decoding weights of the received messages and the residual ``||V^T a - 1|| / sqrt(n_parts)``."""
         m = len(received)
-        if self.group == 1:   # first copy of each chunk: 0/1 weights, no cancellation
+        if self.group == 1 and self.protocol == "stream":   # first copy of each chunk: 0/1 weights, no cancellation
+            a = np.zeros(m)
+            a[np.unique(self._chunk_of_each(received, plan), return_index=True)[1]] = 1.0
+            return a, math.sqrt((plan.n_parts - int(a.sum())) / plan.n_parts)
+        if self.group == 1:
             a, seen = np.zeros(m), set()
             for k, (i, c) in enumerate(received):
                 part = self.message_parts(i, c, plan)[0]
@@ -312,8 +324,7 @@ class PartialCoded(Scheme):
             return None
         a, residual = self._weights(received, plan)
         weights = np.zeros(plan.n_parts)
-        for k in np.flatnonzero(a).tolist():
-            weights[list(self.message_parts(*received[k], plan))] += a[k]
+        weights[self._chunk_of_each(received, plan)[a > 0]] = 1.0      # each chunk in, once
         return Combined(weights @ partials, residual=residual, method=self._method(residual, received))
 
     def _combine_split(self, messages: np.ndarray, received, plan: Plan) -> Combined:
