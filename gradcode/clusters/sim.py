@@ -392,8 +392,7 @@ class SimulatedCluster(Driver):
                 combined = self.scheme.combine_stream(messages, it.received, plan)
             truth = partials.sum(axis=0)
             arrive = np.full(self.n, -np.inf)
-            for (i, _), a in zip(it.received, it.arrive, strict=True):
-                arrive[i] = max(arrive[i], a)
+            np.maximum.at(arrive, _senders(it.received), it.arrive)
             last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
             measured["busy"] = _spans(begin, last, it.started)
         measured.update(_stream_times(start, it, compute, comm, as_lists=self.workload is not None))
@@ -460,13 +459,20 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
     chunks = np.maximum(np.isfinite(it.chunk_end).sum(axis=1), 1)    # each worker's (finite ends past its last: inf)
     with np.errstate(invalid="ignore"):
         done = np.where(it.started, compute * it.done / chunks, np.nan)
-    for (i, c), a in zip(it.received, it.arrive, strict=True):
-        if not a < arrived[i]:       # the latest (NaN compares False: the first one counts)
-            sent[i], arrived[i] = it.chunk_end[i, c - 1], a
-            done[i] = it.chunk_end[i, c - 1] - it.begin[i]
+    if it.received:     # each worker's last message received (they are in arrival order)
+        who = _senders(it.received)
+        last = len(who) - 1 - np.unique(who[::-1], return_index=True)[1]
+        i, c = who[last], np.array([it.received[k][1] for k in last.tolist()])
+        sent[i], arrived[i] = it.chunk_end[i, c - 1], it.arrive[last]
+        done[i] = it.chunk_end[i, c - 1] - it.begin[i]
     took = it.started
     return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
                         arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
+
+
+def _senders(received) -> np.ndarray:
+    """The worker of each message ``(worker, chunks)``."""
+    return np.fromiter((i for i, _ in received), dtype=np.intp, count=len(received))
 
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:
