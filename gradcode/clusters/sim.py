@@ -324,7 +324,7 @@ class SimulatedCluster(Driver):
         combines from the messages' plain sum (``sums_messages``), each message a sum of partitions
         (``message_weights``), gets both from one product ``(2, n_parts) @ (n_parts, d)``: one pass over the
         partials instead of a copy of the responders' rows and two sums (~50 us an iteration at n = 100, d = 1,000,
-        a tenth of the simulator's own time there). The same numbers up to rounding (the order of the additions)."""
+        a fifth of the simulator's own time there). The same numbers up to rounding (the order of the additions)."""
         weights = self.scheme.message_weights(responders, plan) if self.scheme.sums_messages else None
         if weights is None:
             messages = self.scheme.messages(partials, responders, plan)
@@ -383,8 +383,8 @@ class SimulatedCluster(Driver):
         measured = {}
         if self.workload is not None:
             partials = self._partials(t, plan)
-            # from the partials where the scheme can (one product, not a message per chunk: ~3 ms an iteration of
-            # partial_coded at n = 100), else from the messages
+            # from the partials where the scheme can (one product, not a message per chunk: ~0.8 ms an iteration
+            # of partial_coded at n = 100), else from the messages
             combined = self.scheme.combine_stream_partials(partials, it.received, plan)
             if combined is None:
                 messages = np.stack([self.scheme.chunk_message(i, c, partials[list(plan.parts[i][:c])], plan)
