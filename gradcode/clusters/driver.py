@@ -291,13 +291,18 @@ class Stream:
 
     def used(self, scheme: Scheme, plan: Plan) -> np.ndarray:
         """Load units each worker delivered in the received messages (a chunk delivered twice counts twice)."""
-        used = np.zeros(len(self.done))
         unit = _chunk_load(plan, len(self.done))
-        for i, c in self.received:   # the chunks since the worker's previous message (emits: increasing)
-            emits = scheme.emits(i, plan)
-            k = bisect.bisect_left(emits, c)
-            used[i] += (c - (emits[k - 1] if k else 0)) * unit[i]
-        return used
+        who = np.fromiter((i for i, _ in self.received), dtype=np.intp, count=len(self.received))
+        emits = {i: scheme.emits(i, plan) for i in set(who.tolist())}     # once a worker, not once a message
+        carried = np.fromiter((_since_previous(emits[i], c) for i, c in self.received), dtype=float,
+                              count=len(self.received))
+        return np.bincount(who, weights=carried * unit[who], minlength=len(self.done))
+
+
+def _since_previous(emits: tuple[int, ...], c: int) -> int:
+    """The chunks a message after ``c`` carries: those since the previous of the (increasing) ``emits``."""
+    k = bisect.bisect_left(emits, c)
+    return c - (emits[k - 1] if k else 0)
 
 
 def _chunk_load(plan: Plan, n: int) -> np.ndarray:
