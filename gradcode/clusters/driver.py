@@ -292,11 +292,16 @@ class Stream:
     def used(self, scheme: Scheme, plan: Plan) -> np.ndarray:
         """Load units each worker delivered in the received messages (a chunk delivered twice counts twice)."""
         unit = _chunk_load(plan, len(self.done))
-        who = np.fromiter((i for i, _ in self.received), dtype=np.intp, count=len(self.received))
+        who = senders(self.received)
         emits = {i: scheme.emits(i, plan) for i in set(who.tolist())}     # once a worker, not once a message
         carried = np.fromiter((_since_previous(emits[i], c) for i, c in self.received), dtype=float,
                               count=len(self.received))
         return np.bincount(who, weights=carried * unit[who], minlength=len(self.done))
+
+
+def senders(received) -> np.ndarray:
+    """The worker of each message ``(worker, chunks)``."""
+    return np.fromiter((i for i, _ in received), dtype=np.intp, count=len(received))
 
 
 def _since_previous(emits: tuple[int, ...], c: int) -> int:

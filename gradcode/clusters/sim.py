@@ -58,6 +58,7 @@ from .driver import (
     default_lr,
     late_rule,
     master_iteration,
+    senders,
     stream_iteration,
     used_load,
     work_done,
@@ -392,7 +393,7 @@ class SimulatedCluster(Driver):
                 combined = self.scheme.combine_stream(messages, it.received, plan)
             truth = partials.sum(axis=0)
             arrive = np.full(self.n, -np.inf)
-            np.maximum.at(arrive, _senders(it.received), it.arrive)
+            np.maximum.at(arrive, senders(it.received), it.arrive)
             last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
             measured["busy"] = _spans(begin, last, it.started)
         measured.update(_stream_times(start, it, compute, comm, as_lists=self.workload is not None))
@@ -460,7 +461,7 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
     with np.errstate(invalid="ignore"):
         done = np.where(it.started, compute * it.done / chunks, np.nan)
     if it.received:     # each worker's last message received (they are in arrival order)
-        who = _senders(it.received)
+        who = senders(it.received)
         last = len(who) - 1 - np.unique(who[::-1], return_index=True)[1]
         i, c = who[last], np.array([it.received[k][1] for k in last.tolist()])
         sent[i], arrived[i] = it.chunk_end[i, c - 1], it.arrive[last]
@@ -468,11 +469,6 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
     took = it.started
     return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
                         arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
-
-
-def _senders(received) -> np.ndarray:
-    """The worker of each message ``(worker, chunks)``."""
-    return np.fromiter((i for i, _ in received), dtype=np.intp, count=len(received))
 
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:

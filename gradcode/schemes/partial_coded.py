@@ -277,18 +277,10 @@ class PartialCoded(Scheme):
     def _weights(self, received, plan: Plan) -> tuple[np.ndarray, float]:
         """Decoding weights of the received messages and the residual ``||V^T a - 1|| / sqrt(n_parts)``."""
         m = len(received)
-        if self.group == 1 and self.protocol == "stream":   # first copy of each chunk: 0/1 weights, no cancellation
+        if self.group == 1:   # (protocol stream: tandon decodes its own way) first copy of each chunk: 0/1 weights
             a = np.zeros(m)
             a[np.unique(self._chunk_of_each(received, plan), return_index=True)[1]] = 1.0
-            return a, math.sqrt((plan.n_parts - int(a.sum())) / plan.n_parts)
-        if self.group == 1:
-            a, seen = np.zeros(m), set()
-            for k, (i, c) in enumerate(received):
-                part = self.message_parts(i, c, plan)[0]
-                if part not in seen:
-                    seen.add(part)
-                    a[k] = 1.0
-            return a, math.sqrt((plan.n_parts - len(seen)) / plan.n_parts)
+            return a, _missing_residual(int(a.sum()), plan)
         V = np.zeros((m, plan.n_parts))
         for k, (i, c) in enumerate(received):
             V[k, list(self.message_parts(i, c, plan))] = 1.0
@@ -322,9 +314,9 @@ class PartialCoded(Scheme):
         # whole chunks, one per message (sums_on_arrival): the chunks the weights keep, added up in one product
         if not self.sums_on_arrival:
             return None
-        a, residual = self._weights(received, plan)
         weights = np.zeros(plan.n_parts)
-        weights[self._chunk_of_each(received, plan)[a > 0]] = 1.0      # each chunk in, once
+        weights[self._chunk_of_each(received, plan)] = 1.0      # each chunk in, once: the decoding weights' 1s
+        residual = _missing_residual(int(weights.sum()), plan)
         return Combined(weights @ partials, residual=residual, method=self._method(residual, received))
 
     def _combine_split(self, messages: np.ndarray, received, plan: Plan) -> Combined:
@@ -412,6 +404,11 @@ def split_coefficients(holders: int, l: int) -> np.ndarray:
     """
     x = np.cos((2 * np.arange(holders) + 1) * np.pi / (2 * holders))
     return np.cos(np.arange(l)[None, :] * np.arccos(x)[:, None])
+
+
+def _missing_residual(covered: int, plan: Plan) -> float:
+    """The decode's residual ``sqrt(missing / n_parts)`` when ``covered`` whole chunks are in, each once."""
+    return math.sqrt((plan.n_parts - covered) / plan.n_parts)
 
 
 @functools.lru_cache(maxsize=1024)
