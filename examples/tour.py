@@ -116,14 +116,14 @@ def timeline(records: list[dict], t_end: float, width: int = 72) -> list[str]:
     lines = []
     for rec in records:
         start, end = rec["start"], rec["end"]
-        lines.append(f"iteration {rec['iteration']}: {start:6.2f} -> {end:6.2f}, used workers {rec['responders']}")
+        used = rec["responders"].tolist()
+        lines.append(f"iteration {rec['iteration']}: {start:6.2f} -> {end:6.2f}, used workers {used}")
         for i in range(N_WORKERS):
             arrive = rec["busy"][i][1]
-            used = i in rec["responders"]
             a, b = int(start * scale), int(min(arrive, end) * scale)
-            mark = "#" if used else "x"
+            mark = "#" if i in used else "x"
             bar = (" " * a + mark * max(1, b - a) + "." * max(0, int(end * scale) - max(b, a + 1)))[:width]
-            late = "" if used else f"  (late by {arrive - end:.2f}: its work is wasted)"
+            late = "" if i in used else f"  (late by {arrive - end:.2f}: its work is wasted)"
             lines.append(f"  w{i} |{bar:<{width}}|{late}")
     return lines
 

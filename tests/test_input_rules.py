@@ -249,7 +249,7 @@ def test_per_worker_lists_are_compact_at_huge_n():
     assert _is_record(json.loads(json.dumps(rec, default=jsonable)))
     small = simulate(make_scheme("fastest_k", n=6, k=4), make_delay("exponential"), iterations=1, seed=0)
     assert not isinstance(small.records[0]["responders"], dict) and len(small.records[0]["responders"]) == 4
-    assert per_worker(np.full(5, 2.0)) == 2.0 and per_worker([1.0, 2.0]) == [1.0, 2.0]
+    assert per_worker(np.full(5, 2.0)) == 2.0 and per_worker([1.0, 2.0]).tolist() == [1.0, 2.0]
     assert worker_values({"w": 3}, "w", 4).tolist() == [3] * 4 and worker_values({}, "w", 4) is None
 
 

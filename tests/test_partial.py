@@ -341,8 +341,8 @@ def test_no_worker_starts_a_plan_before_its_chunk_in_progress_ends(workload):
                    late_workers="abandon")
     last_free = np.zeros(6)
     for rec in res.records:
-        for i, span in enumerate(rec["busy"]):
-            if span is not None:
+        for i, span in enumerate(rec["busy"].tolist()):
+            if not np.isnan(span[0]):
                 assert span[0] >= last_free[i] - 1e-12
                 last_free[i] = span[1]
         assert rec["method"] == "exact" and rec["residual"] == 0.0

@@ -468,8 +468,7 @@ class Driver:
             return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
                                 load=plan.load, messages=messages, computed=total, wasted=total - used,
                                 combined=combined, loss=loss, grad_error=grad_error,
-                                measured={"used": used, **measured}, state=state, metrics=metrics,
-                                as_lists=self.w is not None)
+                                measured={"used": used, **measured}, state=state, metrics=metrics)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
     def conclude_stream(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, stream: Stream,
@@ -492,7 +491,7 @@ class Driver:
                                 load=plan.load, messages=int(stream.sent.sum()), computed=computed,
                                 wasted=computed - used, combined=combined, loss=loss, grad_error=grad_error,
                                 measured={"used": used, "received": [list(m) for m in stream.received], **fields,
-                                          **measured}, state=state, metrics=metrics, as_lists=self.w is not None)
+                                          **measured}, state=state, metrics=metrics)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
     def record_later(self, head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -529,7 +528,7 @@ class Driver:
                             load=units, messages=self.n, computed=float(units.sum()), wasted=0.0, combined=combined,
                             loss=loss, grad_error=grad_error,
                             measured={"used": float(units.sum()), "drop_rate": schedule.drop_rate, **measured},
-                            metrics=metrics, as_lists=self.w is not None)
+                            metrics=metrics)
 
     def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):
         """The optimizer's step ``w -= lr * s`` (:mod:`gradcode.optim`; ``s = g`` for plain gradient descent);

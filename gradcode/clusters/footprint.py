@@ -2,11 +2,11 @@
 
 A simulated run holds a few ``n``-long arrays per iteration (draws, arrival times, their order: about 100 bytes a
 worker) and turns a record into a JSON line (its ``n``-long lists as Python objects: about 100 more), and it keeps
-every record: the responders (8 bytes each), a non-uniform ``load`` (8 bytes a worker), and in a training run each
-worker's ``busy`` span (about 130 bytes as Python objects) and, below ``WORKER_TIMES_MAX_N`` workers, the five
-per-worker times, plus a few copies of the ``n_parts x d`` partial
-gradients. Measured at ``n = 2 * 10^6`` (timing only: 180-230 bytes a worker, plus 8 per responder and iteration),
-the figures below are a little above what was seen. At ``n = 10^8`` the timing-only run needs about 20 GB before
+every record, its per-worker fields as numpy arrays: the responders (8 bytes each), a non-uniform ``load`` (8 bytes
+a worker), below ``WORKER_TIMES_MAX_N`` workers the five per-worker times (40 bytes a worker), and in a training run
+each worker's ``busy`` span and its work (32 bytes), plus a few copies of the ``n_parts x d`` partial gradients.
+Measured at ``n = 2 * 10^6`` (timing only: 180-230 bytes a worker, plus 8 per responder and iteration), the
+figures below are a little above what was seen. At ``n = 10^8`` the timing-only run needs about 20 GB before
 the first record: :func:`check_memory` refuses it with the figure instead of letting it swap or die in a
 ``MemoryError``.
 
@@ -30,9 +30,8 @@ from .records import WORKER_TIMES_MAX_N
 WORKING_BYTES = 224        # per worker: one iteration's arrays and the JSON line of its record
 RESPONDER_BYTES = 8        # per responder and record kept
 LOAD_BYTES = 8             # per worker and record, when the load is not the same for every worker
-BUSY_BYTES = 136           # per worker and record of a training run: its [begin, arrival] span
-TIMES_BYTES = (40, 160)    # per worker and record below WORKER_TIMES_MAX_N: the five worker_* times (cluster.py),
-#                            float arrays in a timing-only run, lists of Python floats in a training run
+BUSY_BYTES = 32            # per worker and record of a training run: its [begin, arrival] span, work computed and used
+TIMES_BYTES = 40           # per worker and record below WORKER_TIMES_MAX_N: the five worker_* times
 
 
 def estimate_bytes(scheme, iterations: int, workload=None) -> int:
@@ -47,7 +46,7 @@ def estimate_bytes(scheme, iterations: int, workload=None) -> int:
         per_record += LOAD_BYTES * n
     total = WORKING_BYTES * n
     if n < WORKER_TIMES_MAX_N:
-        per_record += TIMES_BYTES[workload is not None] * n
+        per_record += TIMES_BYTES * n
     if workload is not None:
         per_record += BUSY_BYTES * n
         total += 3 * 8 * plan.n_parts * int(workload.dim)   # partial gradients, messages, their combination
@@ -100,7 +99,7 @@ def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
                    + n * (2 * plan_floats + length))        # each worker: two plan buffers and its message
     shared = 8 * (MODEL_SLOTS * (1 + d) + n * length)
     records = iterations * (RESPONDER_BYTES + LOAD_BYTES + BUSY_BYTES
-                            + (TIMES_BYTES[1] if n < WORKER_TIMES_MAX_N else 0)) * n
+                            + (TIMES_BYTES if n < WORKER_TIMES_MAX_N else 0)) * n
     return int(LIBRARY_BYTES + ranks + buffers + shared + records)
 
 

@@ -2,9 +2,11 @@
 
 :func:`build_record` makes the flat record of an iteration (its times, responders, load, work, decode residual,
 loss and the scheme's state); large per-worker fields are stored compactly (:func:`per_worker`,
-:func:`compact_responders`, :func:`worker_times`) and read back with the ``record_*`` functions; a
-:class:`RecordWriter` writes them as JSON lines, :func:`summarize` aggregates them (never recomputing what a
-cluster measured) and :func:`write_summary` writes ``summary.json``.
+:func:`compact_responders`, :func:`worker_times`) and read back with the ``record_*`` functions. In memory a
+per-worker field is a numpy array (NaN for "no value"), in a file a JSON list (null): turning ``n``-long arrays
+into Python lists cost a training run at ``n = 100`` a third of the simulator's own time, and the readers take
+either. A :class:`RecordWriter` writes them as JSON lines, :func:`summarize` aggregates them (never recomputing
+what a cluster measured) and :func:`write_summary` writes ``summary.json``.
 """
 
 from __future__ import annotations
@@ -24,15 +26,14 @@ HELDOUT_KEYS = ("test_loss", "test_accuracy", "test_auc")   # a record's held-ou
 def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end: float, responders, load,
                  messages: int, computed: float, wasted: float, combined: Combined | None, loss: float | None,
                  grad_error: float | None, measured: dict[str, Any], state: dict[str, Any] | None = None,
-                 metrics: dict[str, Any] | None = None, as_lists: bool = True) -> dict[str, Any]:
+                 metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The one record of iteration ``t`` (``docs/design.md#records``): times, responders, loads, work, decoding,
     what the cluster ``measured`` besides, the scheme's state (``state``, taken when the iteration ended; by default
     ``scheme.record()`` now), loss and gradient error, and the held-out ``metrics``.
 
-    Timing-only records keep ``responders`` (and a non-uniform ``load``) as numpy arrays (``as_lists=False``,
-    written out as lists): at ``n = 10,000`` Python lists would cost more than the simulation itself. ``load`` is
-    one number when every worker carries the same load (:func:`per_worker`, read back by :func:`record_load`), and
-    the responders of a huge cluster by the stragglers when they are fewer (:func:`compact_responders`).
+    ``responders`` (and a non-uniform ``load``) are numpy arrays, written out as lists. ``load`` is one number when
+    every worker carries the same load (:func:`per_worker`, read back by :func:`record_load`), and the
+    responders of a huge cluster by the stragglers when they are fewer (:func:`compact_responders`).
     """
     rec = {
         "scheme": scheme.name,
@@ -40,8 +41,8 @@ def build_record(scheme: Scheme, t: int, start: float, end: float, *, ideal_end:
         "start": start,
         "end": end,
         "ideal_end": ideal_end,
-        "responders": compact_responders(responders, scheme.n, as_lists),
-        "load": compact_load(load, as_lists),
+        "responders": compact_responders(responders, scheme.n),
+        "load": per_worker(load),
         "messages": messages,
         "computed": computed,
         "wasted": wasted,
@@ -82,19 +83,18 @@ def work_fields(computed: np.ndarray | None, used: np.ndarray, sent: np.ndarray 
 PER_WORKER_LIMIT = 10_000   # workers: above it a record stores responders by their complement when that is shorter
 
 
-def per_worker(values, as_list: bool = True, *, dtype=float):
-    """A record's per-worker list, compactly: one number when every worker has the same value (an ``n``-long list
-    of equal numbers costs 5 MB a record at ``n = 10^6``), else the values in worker order (a list, or the numpy
-    array itself with ``as_list=False``: timing-only records, written out as lists). Read back by
-    :func:`worker_values`.
+def per_worker(values, *, dtype=float):
+    """A record's per-worker field, compactly: one number when every worker has the same value (an ``n``-long list
+    of equal numbers costs 5 MB a record at ``n = 10^6``), else the values in worker order (the numpy array,
+    written out as a list). Read back by :func:`worker_values`.
 
     >>> per_worker([2.0, 2.0, 2.0]), per_worker([1, 0, 1], dtype=int)
-    (2.0, [1, 0, 1])
+    (2.0, array([1, 0, 1]))
     """
     values = np.asarray(values, dtype=dtype)
     if values.size and (values.strides == (0,) or np.all(values == values.flat[0])):   # a broadcast number, or equal
         return values.flat[0].item()
-    return values.tolist() if as_list else values
+    return values.copy()     # the cluster's arrays (a plan's load, a stream's counts) live on
 
 
 def worker_values(rec: dict[str, Any], key: str, n: int) -> np.ndarray | None:
@@ -111,63 +111,75 @@ WORKER_TIMES_MAX_N = PER_WORKER_LIMIT     # one threshold for huge-n records (re
 WORKER_TIME_KEYS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
 
 
-def worker_times(start: float, *, plan_received, compute, sent, arrived, delay, as_lists: bool = True
-                 ) -> dict[str, Any]:
+def worker_times(start: float, *, plan_received, compute, sent, arrived, delay) -> dict[str, Any]:
     """The record's per-worker timing: every argument an ``n``-long array with NaN for a worker that took no part
     (or where the cluster cannot know, e.g. on MPI a message that had not arrived when the iteration ended);
     ``plan_received``, ``sent`` and ``arrived`` are absolute times on the record's clock (stored relative to
     ``start``), ``compute`` and ``delay`` durations; ``delay=None``: nothing injected (natural timing).
 
-    Stored as lists with None (``as_lists``), or kept as float arrays with NaN (timing-only records, written out
-    as lists with null by :func:`jsonable`); left out entirely at ``n >= WORKER_TIMES_MAX_N`` (huge timing-only
-    runs: five ``n``-long arrays a record would dwarf the rest). Read them back with :func:`record_worker_times`.
+    Kept as float arrays with NaN (written out as lists with null by :func:`jsonable`); left out entirely at
+    ``n >= WORKER_TIMES_MAX_N`` (huge timing-only runs: five ``n``-long arrays a record would dwarf the rest).
+    Read them back with :func:`record_worker_times`.
 
     >>> f = worker_times(1.0, plan_received=np.array([1.0, np.nan]), compute=np.array([0.5, np.nan]),
     ...                  sent=np.array([1.5, np.nan]), arrived=np.array([1.75, np.nan]), delay=None)
     >>> f["worker_sent"], f["worker_delay"]
-    ([0.5, None], [None, None])
+    (array([0.5, nan]), array([nan, nan]))
     """
     n = len(compute)
     if n >= WORKER_TIMES_MAX_N:
         return {}
     nan = np.full(n, np.nan)
-    values = (np.asarray(plan_received, dtype=float) - start, np.asarray(compute, dtype=float),
+    # copies (np.array): a cluster refills its arrays the next iteration (the MPI master's Heard)
+    values = (np.asarray(plan_received, dtype=float) - start, np.array(compute, dtype=float),
               np.asarray(sent, dtype=float) - start, np.asarray(arrived, dtype=float) - start,
-              nan if delay is None else np.asarray(delay, dtype=float))
-    if not as_lists:
-        return dict(zip(WORKER_TIME_KEYS, values, strict=True))
-    return {key: _nan_as_none(v) for key, v in zip(WORKER_TIME_KEYS, values, strict=True)}
-
-
-def _nan_as_none(values: np.ndarray) -> list:
-    """A float array as a list with None for NaN (the NaN-free case without a per-element test)."""
-    listed = values.tolist()
-    nan = np.isnan(values)
-    if nan.any():
-        for i in np.flatnonzero(nan).tolist():
-            listed[i] = None
-    return listed
+              nan if delay is None else np.array(delay, dtype=float))
+    return dict(zip(WORKER_TIME_KEYS, values, strict=True))
 
 
 def record_worker_times(rec: dict[str, Any], key: str) -> np.ndarray | None:
     """One per-worker timing field of a record as a float array (NaN where it is null); None if absent."""
-    value = rec.get(key)
+    return _floats(rec.get(key))
+
+
+def spans(begin: np.ndarray, arrive: np.ndarray, took: np.ndarray) -> np.ndarray:
+    """A training record's ``busy``: the ``(n, 2)`` rows ``[begin, arrival]`` of the workers that took up the plan
+    and whose message arrives at all, NaN rows for the others (null in a file). Read back by :func:`record_spans`.
+
+    >>> spans(np.array([0.0, 1.0]), np.array([2.0, np.inf]), np.array([True, True])).tolist()
+    [[0.0, 2.0], [nan, nan]]
+    """
+    out = np.stack([begin, arrive], axis=1).astype(float, copy=False)
+    out[~(took & np.isfinite(arrive))] = np.nan
+    return out
+
+
+def record_spans(rec: dict[str, Any]) -> np.ndarray | None:
+    """A record's ``busy`` spans as an ``(n, 2)`` float array, NaN rows for the workers without one (null in a
+    file); None if the record has none."""
+    value = rec.get("busy")
     if value is None:
         return None
+    if isinstance(value, np.ndarray):
+        return value
+    return np.array([(np.nan, np.nan) if span is None else span for span in value], dtype=float).reshape(-1, 2)
+
+
+def _floats(value) -> np.ndarray | None:
+    """A per-worker float field as an array, from memory (an array) or from a file (a list with null)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value
     return np.array([np.nan if x is None else x for x in value], dtype=float)
 
 
-def compact_load(load, as_list: bool = True):
-    """A record's ``load``: :func:`per_worker` of every worker's load units."""
-    return per_worker(load, as_list)
-
-
 def record_load(rec: dict[str, Any], n: int) -> np.ndarray:
-    """Every worker's load in a record (``n`` workers), whether it was stored as one number or as a list."""
+    """Every worker's load in a record (``n`` workers), whether it was stored as one number or per worker."""
     return np.asarray(worker_values(rec, "load", n), dtype=float)
 
 
-def compact_responders(responders, n: int, as_list: bool = True):
+def compact_responders(responders, n: int):
     """A record's ``responders`` in arrival order; at more than :data:`PER_WORKER_LIMIT` workers, when most of
     them answered (a sync step at ``n = 10^6``: 7.9 MB of JSON a record), by what is missing instead:
     ``{"count": m, "stragglers": [sorted workers that did not answer], "last": the responder that arrived last}``.
@@ -175,17 +187,17 @@ def compact_responders(responders, n: int, as_list: bool = True):
     Read back by :func:`record_responders`.
 
     >>> compact_responders([2, 0, 1], 3)
-    [2, 0, 1]
+    array([2, 0, 1])
     >>> compact_responders(list(range(20_000, 0, -1)) + [0], 20_002)
     {'count': 20001, 'stragglers': [20001], 'last': 0}
     """
-    responders = np.asarray(responders, dtype=np.int64)
+    responders = np.array(responders, dtype=np.int64)     # a copy: the record keeps it
     m = len(responders)
     if n > PER_WORKER_LIMIT and 2 * m > n:
         present = np.zeros(n, dtype=bool)
         present[responders] = True
         return {"count": m, "stragglers": np.flatnonzero(~present).tolist(), "last": int(responders[-1])}
-    return responders.tolist() if as_list else responders
+    return responders
 
 
 def record_responders(rec: dict[str, Any], n: int) -> list[int]:
@@ -200,14 +212,31 @@ def record_responders(rec: dict[str, Any], n: int) -> list[int]:
 
 
 def jsonable(x):
-    """``json.dumps``'s ``default``: numpy arrays and scalars as Python lists and numbers."""
+    """``json.dumps``'s ``default``: numpy arrays and scalars as Python lists and numbers; NaN, which marks "no
+    value" in a per-worker field (a worker time, a ``busy`` row), as null.
+
+    >>> json.dumps({"t": np.array([1.0, np.nan]), "busy": np.array([[0.0, 1.0], [np.nan, np.nan]])}, default=jsonable)
+    '{"t": [1.0, null], "busy": [[0.0, 1.0], null]}'
+    """
     if isinstance(x, np.ndarray):
-        if x.dtype.kind == "f" and np.isnan(x).any():    # NaN marks "no value" (worker_times): JSON null
+        if x.dtype.kind == "f" and np.isnan(x).any():
+            if x.ndim == 2:     # busy: a worker without a span is a null row
+                return [None if row[0] != row[0] else row for row in x.tolist()]
             return [None if v != v else v for v in x.tolist()]
         return x.tolist()
     if isinstance(x, np.generic):
         return x.item()
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def as_written(x):
+    """``x`` (a record, a list of them, any of their fields) as it reads back from a records file: arrays as lists,
+    NaN as None. Records with arrays do not compare with ``==``; their written forms do.
+
+    >>> as_written({"worker_sent": np.array([0.5, np.nan]), "responders": np.array([2, 0])})
+    {'worker_sent': [0.5, None], 'responders': [2, 0]}
+    """
+    return json.loads(json.dumps(x, default=jsonable))
 
 
 class RecordWriter:

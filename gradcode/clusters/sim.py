@@ -64,7 +64,7 @@ from .driver import (
     work_done,
 )
 from .footprint import check_memory
-from .records import WORKER_TIMES_MAX_N, RecordWriter, build_record, summarize, worker_times, write_summary
+from .records import WORKER_TIMES_MAX_N, RecordWriter, build_record, spans, summarize, worker_times, write_summary
 
 __all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
 
@@ -234,7 +234,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
             records.append(build_record(
                 scheme, int(t), float(starts[j]), end, ideal_end=end, responders=responders, load=plan.load,
                 messages=n, computed=float(computed_t[j]), wasted=float(computed_t[j]) - used,
-                combined=None, loss=None, grad_error=None, measured={"used": used, **times}, as_lists=False))
+                combined=None, loss=None, grad_error=None, measured={"used": used, **times}))
         clock = float(ends[-1])
     return records
 
@@ -266,11 +266,11 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
             else:
                 done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
                 total, used = float(np.sum(done)), float(used_load(plan.load, it.responders, n).sum())
-            measured = {"used": used, **_master_times(start, it, compute[j], comm[j], as_lists=False)}
+            measured = {"used": used, **_master_times(start, it, compute[j], comm[j])}
             rec = build_record(scheme, plan.t, start, it.end, ideal_end=it.end, responders=it.responders,
                                load=plan.load, messages=int(it.started.sum()), computed=total, wasted=total - used,
                                combined=None, loss=None, grad_error=None, measured=measured,
-                               state=scheme.record(), metrics={}, as_lists=False)
+                               state=scheme.record(), metrics={})
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -367,8 +367,8 @@ class SimulatedCluster(Driver):
         if self.workload is not None:
             combined, truth = self._combine(self._partials(t, plan), it.responders, plan)
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
-            measured["busy"] = _spans(begin, it.arrive, it.started)
-        measured.update(_master_times(start, it, compute[0], comm[0], as_lists=self.workload is not None))
+            measured["busy"] = spans(begin, it.arrive, it.started)
+        measured.update(_master_times(start, it, compute[0], comm[0]))
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, responders=it.responders,
                                     messages=int(it.started.sum()), computed=float(done.sum()),
                                     worker_computed=done, combined=combined, truth=truth, **measured)
@@ -395,8 +395,8 @@ class SimulatedCluster(Driver):
             arrive = np.full(self.n, -np.inf)
             np.maximum.at(arrive, senders(it.received), it.arrive)
             last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
-            measured["busy"] = _spans(begin, last, it.started)
-        measured.update(_stream_times(start, it, compute, comm, as_lists=self.workload is not None))
+            measured["busy"] = spans(begin, last, it.started)
+        measured.update(_stream_times(start, it, compute, comm))
         return self.conclude_stream(t, plan, start, it.end, ideal_end=it.end, stream=it, combined=combined,
                                     truth=truth, **measured)
 
@@ -411,11 +411,10 @@ class SimulatedCluster(Driver):
             kept = schedule.kept_parts(plan)
             combined = self.scheme.combine(partials[kept], kept, plan)
             truth = partials.sum(axis=0)
-            measured["busy"] = _spans(np.full(self.n, start), start + schedule.stop, np.ones(self.n, dtype=bool))
+            measured["busy"] = spans(np.full(self.n, start), start + schedule.stop, np.ones(self.n, dtype=bool))
         ready = start + schedule.ready    # a worker joins the All-Reduce once its chunks and its comm are done
         measured.update(worker_times(start, plan_received=np.full(self.n, start), compute=schedule.stop,
-                                     sent=ready, arrived=np.full(self.n, end), delay=schedule.ready,
-                                     as_lists=self.workload is not None))
+                                     sent=ready, arrived=np.full(self.n, end), delay=schedule.ready))
         return self.conclude_all_reduce(t, plan, start, end, ideal_end=end, schedule=schedule, micro=micro,
                                         combined=combined, truth=truth, **measured)
 
@@ -429,17 +428,8 @@ def _same_load(kept: np.ndarray, load) -> bool:
     return np.array_equal(kept, np.asarray(load, dtype=float))
 
 
-def _spans(begin: np.ndarray, arrive: np.ndarray, started: np.ndarray) -> list:
-    """``[begin, arrival]`` of every worker that took up this iteration's plan (None for the others)."""
-    begin, arrive = np.asarray(begin, dtype=float), np.asarray(arrive, dtype=float)
-    spans = np.stack([begin, arrive], axis=1).tolist()      # the n small lists made in C: ~10x the Python loop
-    for i in np.flatnonzero(~(np.asarray(started, dtype=bool) & np.isfinite(arrive))).tolist():
-        spans[i] = None
-    return spans
-
-
 # --- per-worker times for the records (gradcode.clusters.records.worker_times): NaN where a worker took no part -
-def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
+def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray) -> dict[str, Any]:
     """A master iteration's worker times: the plan taken up at ``begin``, sent ``compute`` later, arrived ``comm``
     after that; sent and arrival only for a message that arrived by the end (as on MPI, where no other is known)."""
     if len(compute) >= WORKER_TIMES_MAX_N:
@@ -448,11 +438,10 @@ def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
     answered = took & (it.arrive <= it.end)
     return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=np.where(took, compute, np.nan),
                         sent=np.where(answered, it.arrive - comm, np.nan),
-                        arrived=np.where(answered, it.arrive, np.nan), delay=np.where(took, compute + comm, np.nan),
-                        as_lists=as_lists)
+                        arrived=np.where(answered, it.arrive, np.nan), delay=np.where(took, compute + comm, np.nan))
 
 
-def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as_lists: bool) -> dict[str, Any]:
+def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray) -> dict[str, Any]:
     """A streamed iteration's worker times: sent and arrival of each worker's last message received by the end, and
     its compute up to that message (as an MPI worker reports it), else that of the chunks it did."""
     n = len(it.begin)
@@ -468,7 +457,7 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray, *, as
         done[i] = it.chunk_end[i, c - 1] - it.begin[i]
     took = it.started
     return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
-                        arrived=arrived, delay=np.where(took, compute + comm, np.nan), as_lists=as_lists)
+                        arrived=arrived, delay=np.where(took, compute + comm, np.nan))
 
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:
@@ -478,4 +467,4 @@ def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: 
     answered = response <= kth
     return worker_times(start, plan_received=np.full(len(compute), start), compute=compute,
                         sent=np.where(answered, start + compute, np.nan),
-                        arrived=np.where(answered, start + response, np.nan), delay=response, as_lists=False)
+                        arrived=np.where(answered, start + response, np.nan), delay=response)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clusters.records import record_load, record_responders, record_worker_times
+from ..clusters.records import record_load, record_responders, record_spans, record_worker_times
 from ..plumbing.registry import SCHEMES
 
 PLOTS = ("loss_vs_time.png", "iteration_time_cdf.png", "tradeoff.png", "adaptive.png", "timeline.png")
@@ -309,7 +309,7 @@ def _workers(run, rec: dict) -> int:
         return n
     if rec.get("busy") is not None:
         return len(rec["busy"])
-    if isinstance(rec["load"], list):
+    if isinstance(rec["load"], (list, np.ndarray)):
         return len(rec["load"])
     if isinstance(rec["responders"], dict):
         return rec["responders"]["count"] + len(rec["responders"]["stragglers"])
@@ -346,13 +346,14 @@ def _exact_bars(ax, rec: dict, n: int) -> None:
     """Bars from the records' per-worker spans (the simulator writes them): each worker's own ``[begin, arrival]``;
     its role (used, the one waited for, wasted) as in :func:`_roles`. A thin line marks the iteration's end."""
     roles = _roles(rec, n)
-    used = [i for i in record_responders(rec, n) if rec["busy"][i] is not None]
+    busy = record_spans(rec)
+    used = [i for i in record_responders(rec, n) if not math.isnan(busy[i, 0])]
     if used:   # the responder that arrived last ended the iteration
-        roles[max(used, key=lambda i: rec["busy"][i][1])] = "waited-for"
-    for worker, span in enumerate(rec["busy"]):
-        if span is None:
+        roles[max(used, key=lambda i: busy[i, 1])] = "waited-for"
+    for worker, (begin, arrive) in enumerate(busy.tolist()):
+        if math.isnan(begin):
             continue
-        ax.barh(worker, span[1] - span[0], left=span[0], color=ROLE_COLOURS[roles[worker]], edgecolor="black",
+        ax.barh(worker, arrive - begin, left=begin, color=ROLE_COLOURS[roles[worker]], edgecolor="black",
                 lw=0.3, height=0.8)
     ax.axvline(rec["end"], color="black", lw=0.5, alpha=0.5)
 
