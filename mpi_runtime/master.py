@@ -260,7 +260,7 @@ class Master(Driver):
             raise RunFailure(f"iteration {t}: {err}") from None
         self.expected_free[:] = np.where(ideal.started, self.stamp + (ideal.free - start) * self.scale,
                                          self.expected_free)
-        self.scheme.observe_chunks(t, compute[0] / np.array([plan.chunks(i) for i in range(self.n)], dtype=float))
+        self.scheme.observe_chunks(t, compute[0] / plan.chunk_counts)
         self._write_record()
         received = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
         end = self.now()

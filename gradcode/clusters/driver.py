@@ -311,15 +311,13 @@ def _since_previous(emits: tuple[int, ...], c: int) -> int:
 
 
 def _chunk_load(plan: Plan, n: int) -> np.ndarray:
-    chunks = np.array([plan.chunks(i) for i in range(n)], dtype=float)
-    return np.broadcast_to(np.asarray(plan.load, dtype=float), (n,)) / chunks
+    return np.broadcast_to(np.asarray(plan.load, dtype=float), (n,)) / plan.chunk_counts
 
 
 def chunk_ends(plan: Plan, begin: np.ndarray, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(chunk_end, started)``: when each worker's chunks end (``inf`` past its last) and how many it starts before
     its local deadline ``plan.tau``."""
-    n = len(begin)
-    counts = np.array([plan.chunks(i) for i in range(n)])
+    counts = plan.chunk_counts
     j = np.arange(1, counts.max() + 1)[None, :]
     ends = np.where(j <= counts[:, None], begin[:, None] + compute[:, None] * j / counts[:, None], np.inf)
     # chunk j (0-based) starts at the end of chunk j - 1; it is started only before the local deadline

@@ -421,7 +421,7 @@ class SimulatedCluster(Driver):
 
 def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
     """Each worker's time per chunk this iteration (its plan's compute time over its chunks)."""
-    return compute / np.array([plan.chunks(i) for i in range(len(compute))], dtype=float)
+    return compute / plan.chunk_counts
 
 
 def _same_load(kept: np.ndarray, load) -> bool:

@@ -60,6 +60,12 @@ class Plan:
         """Chunks worker ``i`` computes: ``len(parts[i])`` in a chunked plan, else 1 (its whole load at once)."""
         return len(self.parts[i]) if self.chunked else 1
 
+    @cached_property
+    def chunk_counts(self) -> np.ndarray:
+        """Every worker's :meth:`chunks`, an int array made once per plan (a streamed iteration asks for it four
+        times). Only chunked plans need it: an unchunked plan's is ``n`` ones."""
+        return np.fromiter((self.chunks(i) for i in range(len(self.parts))), dtype=np.intp, count=len(self.parts))
+
 
 class OwnParts(Sequence):
     """``((0,), (1,), ..., (n-1,))`` without building it: worker ``i`` computes partition ``i``. At ``n = 10^8`` the
