@@ -19,7 +19,13 @@ import numpy as np
 import pytest
 
 from gradcode import make_scheme
-from gradcode.clusters.records import WORKER_TIME_KEYS, WORKER_TIMES_MAX_N, jsonable, record_worker_times
+from gradcode.clusters.records import (
+    WORKER_TIME_KEYS,
+    WORKER_TIMES_MAX_N,
+    as_written,
+    jsonable,
+    record_worker_times,
+)
 from gradcode.clusters.sim import simulate
 from gradcode.delays import make_delay
 from gradcode.errors import ConfigError
@@ -149,6 +155,35 @@ def test_timeline_bars_follow_the_worker_times():
             assert width == pytest.approx(arrived[i] - received[i]) and 0 < compute <= width
     assert sum(role == "waited-for" for *_, role in bars.values()) == 1
     assert worker_bars({k: v for k, v in rec.items() if k not in WORKER_TIME_KEYS}, 4) is None
+
+
+def test_timeline_of_older_records_draws_their_busy_spans():
+    """Records without per-worker times (older files) are drawn from ``busy``, in memory (an array, NaN rows) or
+    as read from a file (lists, null rows), the same bars either way."""
+    from gradcode.output.plots import _exact_bars
+
+    class Axes:
+        def __init__(self):
+            self.bars = []
+
+        def barh(self, worker, width, left, color, **_):
+            self.bars.append((worker, left, width, color))
+
+        def axvline(self, *_, **__):
+            pass
+
+    result = simulate(make_scheme("fastest_k", n=4, k=2), make_delay("pareto"), LSQ, iterations=8, seed=2)
+    older = [{k: v for k, v in r.items() if k not in WORKER_TIME_KEYS} for r in result.records]
+    drawn = []
+    for records in (older, as_written(older)):
+        axes = Axes()
+        for rec in records:
+            _exact_bars(axes, rec, 4)
+        drawn.append(axes.bars)
+    assert drawn[0] == drawn[1]
+    spans = [(r["iteration"], i, span) for r in older for i, span in enumerate(r["busy"].tolist())]
+    assert len(drawn[0]) == sum(not math.isnan(span[0]) for *_, span in spans) < 4 * len(older)  # some were late
+    assert sum(colour == "tab:red" for *_, colour in drawn[0]) == len(older)     # one waited-for a step
 
 
 # --- MPI: two launches ------------------------------------------------------------------------------------------
