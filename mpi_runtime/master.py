@@ -267,7 +267,7 @@ class Master(Driver):
         tick = time.perf_counter()
         self.evaluation_s = 0.0
         measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
-                          ideal.done, ideal.free, ideal.sent)
+                          ideal.done, ideal.free, ideal.sent, ideal.table)
         if self.total is not None:     # summed as they arrived (_keep)
             combined = self.scheme.combine_weighted(self.total, received, plan)
         else:

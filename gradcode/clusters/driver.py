@@ -14,11 +14,11 @@ clock's arithmetic of one iteration (:func:`master_iteration`, :func:`stream_ite
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -271,7 +271,8 @@ class Stream:
     ``c`` ends (sending overlaps the next chunk). ``received`` are the messages, in arrival order, that ended the
     iteration at ``end``; ``done[i]`` the chunks worker ``i`` computes on this plan (all it started under
     ``finish``; under ``abandon`` those begun by ``end``: the chunk in progress is finished, then the worker
-    drops the rest), ``free[i]`` when it can take the next plan.
+    drops the rest), ``free[i]`` when it can take the next plan; ``table`` every message the plan lets a worker
+    send (:func:`emit_table`), when the cluster has it at hand.
     """
 
     start: float
@@ -284,6 +285,17 @@ class Stream:
     done: np.ndarray
     free: np.ndarray
     sent: np.ndarray
+    table: tuple[np.ndarray, np.ndarray] | None = None
+
+    @cached_property
+    def senders(self) -> np.ndarray:
+        """The worker of each received message."""
+        return np.fromiter((i for i, _ in self.received), dtype=np.intp, count=len(self.received))
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """The chunks after which each received message was sent (its ``c``)."""
+        return np.fromiter((c for _, c in self.received), dtype=np.intp, count=len(self.received))
 
     def computed(self, plan: Plan) -> np.ndarray:
         """Load units each worker computed on this plan."""
@@ -291,23 +303,25 @@ class Stream:
 
     def used(self, scheme: Scheme, plan: Plan) -> np.ndarray:
         """Load units each worker delivered in the received messages (a chunk delivered twice counts twice)."""
-        unit = _chunk_load(plan, len(self.done))
-        who = senders(self.received)
-        emits = {i: scheme.emits(i, plan) for i in set(who.tolist())}     # once a worker, not once a message
-        carried = np.fromiter((_since_previous(emits[i], c) for i, c in self.received), dtype=float,
-                              count=len(self.received))
-        return np.bincount(who, weights=carried * unit[who], minlength=len(self.done))
+        n = len(self.done)
+        who, c = self.senders, self.counts
+        if not len(who):
+            return np.zeros(n)
+        # a message after c chunks carries those since its worker's previous emit: looked up in the table of every
+        # (worker, emit), sorted by worker then chunks, all messages at once
+        worker, chunks = self.table if self.table is not None else emit_table(scheme, plan, n)
+        span = int(max(chunks.max(initial=0), c.max())) + 1
+        at = np.searchsorted(worker * span + chunks, who * span + c)
+        previous = np.where((at > 0) & (worker[at - 1] == who), chunks[at - 1], 0)
+        return np.bincount(who, weights=(c - previous) * _chunk_load(plan, n)[who], minlength=n)
 
 
-def senders(received) -> np.ndarray:
-    """The worker of each message ``(worker, chunks)``."""
-    return np.fromiter((i for i, _ in received), dtype=np.intp, count=len(received))
-
-
-def _since_previous(emits: tuple[int, ...], c: int) -> int:
-    """The chunks a message after ``c`` carries: those since the previous of the (increasing) ``emits``."""
-    k = bisect.bisect_left(emits, c)
-    return c - (emits[k - 1] if k else 0)
+def emit_table(scheme: Scheme, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every message a worker may send on ``plan``, as ``(worker, chunks)`` arrays: the workers' (increasing)
+    ``scheme.emits``, worker by worker."""
+    emits = [scheme.emits(i, plan) for i in range(n)]
+    worker = np.repeat(np.arange(n), [len(e) for e in emits])
+    return worker, np.fromiter(itertools.chain.from_iterable(emits), dtype=np.intp, count=len(worker))
 
 
 def _chunk_load(plan: Plan, n: int) -> np.ndarray:
@@ -334,16 +348,14 @@ def stream_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     ends, started = chunk_ends(plan, begin, compute)
     # every message (worker, chunks) a worker sends on the chunks it starts, and its arrival (in numpy: ~400
     # messages an iteration at n = 100)
-    emits = [scheme.emits(i, plan) for i in range(len(begin))]
-    worker = np.repeat(np.arange(len(begin)), [len(e) for e in emits])
-    chunks = np.fromiter(itertools.chain.from_iterable(emits), dtype=np.intp, count=len(worker))
+    table = emit_table(scheme, plan, len(begin))
+    worker, chunks = table
     keep = chunks <= started[worker]
     worker, chunks = worker[keep], chunks[keep]
     times = ends[worker, chunks - 1] + comm[worker]
-    ids = list(zip(worker.tolist(), chunks.tolist(), strict=True))
     order = np.argsort(times, kind="stable")
     order = order[np.isfinite(times[order])]
-    sorted_ids = [ids[k] for k in order]
+    sorted_ids = list(zip(worker[order].tolist(), chunks[order].tolist(), strict=True))
     m = policy.count_stream(sorted_ids, times[order], start, plan)
     received, end = sorted_ids[:m], float(times[order[m - 1]])
     chunk_start = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
@@ -361,7 +373,7 @@ def stream_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     if late == "finish":    # a worker is free once its last message is out, too
         last = chunks == done[worker]
         np.maximum.at(free, worker[last], times[last])
-    return Stream(start, end, begin, ends, received, times[order[:m]], took, done, free, sent)
+    return Stream(start, end, begin, ends, received, times[order[:m]], took, done, free, sent, table)
 
 
 def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
@@ -483,13 +495,14 @@ class Driver:
             fields = {}          # timing only: totals alone (n may be large; no model size, so no floats)
             if self.w is not None:
                 fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(self.w.size))
-            responders = list(dict.fromkeys(i for i, _ in stream.received))
+            who = stream.senders
+            responders = who[np.sort(np.unique(who, return_index=True)[1])]    # by their first message
             computed, used = float(computed_w.sum()), float(used_w.sum())
             return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
                                 load=plan.load, messages=int(stream.sent.sum()), computed=computed,
                                 wasted=computed - used, combined=combined, loss=loss, grad_error=grad_error,
-                                measured={"used": used, "received": [list(m) for m in stream.received], **fields,
-                                          **measured}, state=state, metrics=metrics)
+                                measured={"used": used, "received": np.stack([who, stream.counts], axis=1),
+                                          **fields, **measured}, state=state, metrics=metrics)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
     def record_later(self, head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -58,7 +58,6 @@ from .driver import (
     default_lr,
     late_rule,
     master_iteration,
-    senders,
     stream_iteration,
     used_load,
     work_done,
@@ -393,7 +392,7 @@ class SimulatedCluster(Driver):
                 combined = self.scheme.combine_stream(messages, it.received, plan)
             truth = partials.sum(axis=0)
             arrive = np.full(self.n, -np.inf)
-            np.maximum.at(arrive, senders(it.received), it.arrive)
+            np.maximum.at(arrive, it.senders, it.arrive)
             last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
             measured["busy"] = spans(begin, last, it.started)
         measured.update(_stream_times(start, it, compute, comm))
@@ -450,9 +449,9 @@ def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray) -> di
     with np.errstate(invalid="ignore"):
         done = np.where(it.started, compute * it.done / chunks, np.nan)
     if it.received:     # each worker's last message received (they are in arrival order)
-        who = senders(it.received)
+        who = it.senders
         last = len(who) - 1 - np.unique(who[::-1], return_index=True)[1]
-        i, c = who[last], np.array([it.received[k][1] for k in last.tolist()])
+        i, c = who[last], it.counts[last]
         sent[i], arrived[i] = it.chunk_end[i, c - 1], it.arrive[last]
         done[i] = it.chunk_end[i, c - 1] - it.begin[i]
     took = it.started
