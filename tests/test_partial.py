@@ -309,6 +309,29 @@ def test_approximate_mode_stops_at_the_deadline_or_wait(workload):
         make_scheme("partial_coded", n=6, s=2, order="best")
 
 
+@pytest.mark.parametrize("params", [{"s": 2}, {"s": 3, "group": 2}, {"s": 4, "group": 3},
+                                    {"s": 2, "protocol": "tandon"}, {"s": 2, "mode": "approximate", "wait": 4}])
+def test_stream_used_counts_the_chunks_since_each_workers_previous_message(params):
+    """``Stream.used`` (all messages at once, from the emit table) is the definition message by message: each
+    received ``(i, c)`` delivers the chunks since worker ``i``'s previous emit before ``c``, at its chunk load;
+    also for a Stream without the table (as a cluster may build it) and for messages out of arrival order."""
+    from dataclasses import replace
+
+    sch = make_scheme("partial_coded", n=7, **params)
+    rng = np.random.default_rng(5)
+    for t in range(30):
+        plan = sch.plan(t)
+        it = stream_iteration(StopPolicy(sch), plan, 0.0, np.zeros(7), rng.pareto(2.0, 7) + 1, rng.random(7), "finish")
+        expected = np.zeros(7)
+        for i, c in it.received:
+            emits = sch.emits(i, plan)
+            previous = max((e for e in emits if e < c), default=0)
+            expected[i] += (c - previous) * plan.load[i] / plan.chunks(i)
+        np.testing.assert_allclose(it.used(sch, plan), expected, rtol=1e-14)
+        shuffled = replace(it, received=[it.received[k] for k in rng.permutation(len(it.received))], table=None)
+        np.testing.assert_allclose(shuffled.used(sch, plan), expected, rtol=1e-14)
+
+
 # --- chunked workers on the virtual clock ---------------------------------------------------------------------
 def test_chunk_ends_and_local_deadline():
     sch = make_scheme("partial_coded", n=3, s=2, order="natural")
