@@ -276,7 +276,7 @@ class Master(Driver):
         rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
-                                   ideal_responders=list(dict.fromkeys(i for i, _ in ideal.received)),
+                                   ideal_responders=ideal.responders.tolist(),
                                    **self.heard.fields(t, start, self.delay.injects))
         master_s = send_s + time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6)

@@ -175,7 +175,7 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     finite = np.isfinite(arrive)
     if not finite.all():      # (usually all are: then no gather of n times)
         order = order[finite[order]]
-    responders = order[:policy.count(order, arrive, start, plan)].copy()   # not a view: records keep it
+    responders = order[:policy.count(order, arrive, start, plan)]     # a view: build_record keeps a copy
     end = float(arrive[responders[-1]])
     return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))
 
@@ -296,6 +296,11 @@ class Stream:
     def counts(self) -> np.ndarray:
         """The chunks after which each received message was sent (its ``c``)."""
         return np.fromiter((c for _, c in self.received), dtype=np.intp, count=len(self.received))
+
+    @cached_property
+    def responders(self) -> np.ndarray:
+        """The workers heard from, in the order of their first received message."""
+        return self.senders[np.sort(np.unique(self.senders, return_index=True)[1])]
 
     def computed(self, plan: Plan) -> np.ndarray:
         """Load units each worker computed on this plan."""
@@ -495,13 +500,11 @@ class Driver:
             fields = {}          # timing only: totals alone (n may be large; no model size, so no floats)
             if self.w is not None:
                 fields = work_fields(computed_w, used_w, stream.sent, self.scheme.message_size(self.w.size))
-            who = stream.senders
-            responders = who[np.sort(np.unique(who, return_index=True)[1])]    # by their first message
             computed, used = float(computed_w.sum()), float(used_w.sum())
-            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=responders,
+            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=stream.responders,
                                 load=plan.load, messages=int(stream.sent.sum()), computed=computed,
                                 wasted=computed - used, combined=combined, loss=loss, grad_error=grad_error,
-                                measured={"used": used, "received": np.stack([who, stream.counts], axis=1),
+                                measured={"used": used, "received": np.stack([stream.senders, stream.counts], axis=1),
                                           **fields, **measured}, state=state, metrics=metrics)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 

@@ -139,7 +139,10 @@ def worker_times(start: float, *, plan_received, compute, sent, arrived, delay) 
 
 def record_worker_times(rec: dict[str, Any], key: str) -> np.ndarray | None:
     """One per-worker timing field of a record as a float array (NaN where it is null); None if absent."""
-    return _floats(rec.get(key))
+    value = rec.get(key)
+    if value is None or isinstance(value, np.ndarray):     # absent, or in memory
+        return value
+    return np.array([np.nan if x is None else x for x in value], dtype=float)
 
 
 def spans(begin: np.ndarray, arrive: np.ndarray, took: np.ndarray) -> np.ndarray:
@@ -163,15 +166,6 @@ def record_spans(rec: dict[str, Any]) -> np.ndarray | None:
     if isinstance(value, np.ndarray):
         return value
     return np.array([(np.nan, np.nan) if span is None else span for span in value], dtype=float).reshape(-1, 2)
-
-
-def _floats(value) -> np.ndarray | None:
-    """A per-worker float field as an array, from memory (an array) or from a file (a list with null)."""
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        return value
-    return np.array([np.nan if x is None else x for x in value], dtype=float)
 
 
 def record_load(rec: dict[str, Any], n: int) -> np.ndarray:

@@ -215,7 +215,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         T = compute + comm
         order = arrival_order(T)
         m = stop_counts(scheme, plan, order, T)
-        order = order[:, :m.max()].copy()   # records keep the responders, not all n
+        order = order[:, :m.max()]     # the responders' rows (build_record keeps a copy of each)
         kth = np.take_along_axis(T, order[np.arange(len(m)), m - 1][:, None], axis=1)[:, 0]
         if not np.all(np.isfinite(kth)):
             raise SimulationError(f"{scheme.name}: the stop rule cannot be met; some workers never answer")

@@ -413,6 +413,6 @@ def _missing_residual(covered: int, plan: Plan) -> float:
 
 @functools.lru_cache(maxsize=1024)
 def _emits(chunks: int, group: int) -> tuple[int, ...]:
-    """After every ``group`` chunks and after the last of ``chunks``; asked once per message and step (hundreds of
-    times an iteration at n = 100), so computed once per pair."""
+    """After every ``group`` chunks and after the last of ``chunks``; asked for every worker every iteration, so
+    computed once per pair."""
     return tuple(sorted(set(range(group, chunks + 1, group)) | {chunks}))
