@@ -158,9 +158,8 @@ def lean_loop(wl, delay, w0, n: int, k: int, batch: int, iterations: int, ahead:
 
 
 # the scheme methods a simulated iteration calls: what they spend is the scheme's own arithmetic
-SCHEME_METHODS = ("plan", "messages", "message_weights", "combine", "combine_sum", "stop_index", "emits",
-                  "stream_stop_index", "chunk_message", "combine_stream", "combine_stream_partials",
-                  "observe_chunks", "adapt", "record")
+SCHEME_METHODS = ("plan", "messages", "message", "message_weights", "combine", "combine_sum", "combine_partials",
+                  "stop_index", "emits", "observe_chunks", "adapt", "record")
 
 
 def scheme_seconds(fresh, delay, wl, iterations: int, clock) -> float:

@@ -13,7 +13,7 @@ Iteration ``t``:
    that no busy worker reads, the plans name the slot, and the workers' messages come back through shared memory
    too: only headers travel (``protocol.py``, :class:`~mpi_runtime.protocol.ModelSlots`).
 2. It polls the receives (``Testsome`` + short sleep) and appends responders in arrival order until the stop
-   policy holds (:class:`gradcode.clusters.driver.StopPolicy`, the simulator's: ``scheme.done(responders)``, or the
+   policy holds (:class:`gradcode.clusters.driver.StopPolicy`, the simulator's: ``scheme.done(received, plan)``, or the
    plan's deadline passed with at least one responder, or an exact code's fallback set is in). A message with non-finite
    values is an erasure: logged, never combined. Messages arriving after the stop are discarded.
 3. ``scheme.combine`` over the responders' messages, ``w -= lr * g``, ``scheme.adapt``, one record (written and
@@ -191,7 +191,7 @@ class Master(Driver):
         ideal = self._ideal(t, plan, start, free, compute[0], comm_time[0])
         ideal_responders = [int(i) for i in ideal.responders]
         self._write_record()
-        responders = self._collect(t, plan, start, self.policy.fallback(ideal_responders))
+        responders = self._collect(t, plan, start, self.policy.fallback(ideal_responders, plan))
         end = self.now()
         tick = time.perf_counter()
         self.evaluation_s = 0.0
@@ -222,7 +222,7 @@ class Master(Driver):
         chunked plan, :func:`gradcode.clusters.driver.late_rule`). Every worker has one receive posted on
         :data:`~mpi_runtime.protocol.STREAM_TAG`, reposted after each result; a result names its iteration and
         the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
-        iteration go to the stop policy's streaming form (:meth:`gradcode.clusters.driver.StopPolicy.stream_holds`). The
+        iteration go to the stop policy (:meth:`gradcode.clusters.driver.StopPolicy.holds`). The
         ideal end and the work counted (``worker_computed``) come from the simulator's arithmetic on the same draws
         (:func:`gradcode.clusters.driver.stream_iteration`); what was used is what arrived. On one node the model goes
         into a shared slot no worker may still read (:class:`~mpi_runtime.streaming.Unread`) and the payloads come
@@ -262,7 +262,7 @@ class Master(Driver):
                                          self.expected_free)
         self.scheme.observe_chunks(t, compute[0] / plan.chunk_counts)
         self._write_record()
-        received = self._collect_stream(t, plan, start, self.policy.stream_fallback(ideal.received, plan))
+        received = self._collect_stream(t, plan, start, self.policy.fallback(ideal.received, plan))
         end = self.now()
         tick = time.perf_counter()
         self.evaluation_s = 0.0
@@ -271,7 +271,7 @@ class Master(Driver):
         if self.total is not None:     # summed as they arrived (_keep)
             combined = self.scheme.combine_weighted(self.total, received, plan)
         else:
-            combined = self.scheme.combine_stream(P.from_payload(self.inbox[:len(received)], self.is_complex),
+            combined = self.scheme.combine(P.from_payload(self.inbox[:len(received)], self.is_complex),
                                                   received, plan)
         rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
@@ -328,7 +328,7 @@ class Master(Driver):
                 received.append((i, c))
                 self.heard.stamp(i, heard, self.now())     # its last message received so far
                 # the stop rule changes only with a new message (the deadline is out_of_time's): asked once for each
-                held = self.policy.stream_holds(received, plan, fallback)
+                held = self.policy.holds(received, plan, fallback)
             if held:
                 return received
             if self.policy.out_of_time(received, self.now() - start, plan):
@@ -368,7 +368,7 @@ class Master(Driver):
     def _keep(self, payload: np.ndarray, received: list, plan) -> None:
         """A used message, the last of ``received``: added to the running sum with its weight (a scheme that sums on
         arrival, ``scheme.arrival_weight``: after the stop only the deciding message is left to add, and a message
-        of weight 0 is not even read), else copied into the next row of ``inbox`` for ``combine_stream``."""
+        of weight 0 is not even read), else copied into the next row of ``inbox`` for ``scheme.combine``."""
         values = P.as_payload(payload, self.is_complex)     # float64, as it travelled
         row = len(received) - 1
         if self.total is not None:
@@ -450,7 +450,7 @@ class Master(Driver):
                 if self._accept(i, t, plan):
                     responders.append(i)
                     self._add(i, first=len(responders) == 1)
-                    if self.policy.holds(responders, fallback):
+                    if self.policy.holds(responders, plan, fallback):
                         self._late_ones(arrived[arrived.index(i) + 1:], t)
                         return responders
             if self.policy.out_of_time(responders, self.now() - start, plan):

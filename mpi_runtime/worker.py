@@ -225,8 +225,7 @@ class Worker:
             more = j + 1 < L and (ends[j] - begin) / scale < tau     # another chunk follows (not past the deadline)
             if j + 1 in emits:    # built now, before the chunk's emulated end: it leaves when due, not after its making
                 stacked = np.stack(partials)
-                msg = (self.scheme.chunk_message(self.i, j + 1, stacked, plan) if chunked
-                       else self.scheme.message(self.i, stacked, plan))
+                msg = self.scheme.message(self.i, j + 1, stacked, plan)
                 ended = not more
                 queue.append((ends[j] + comm * scale, j + 1, self._stage(t, P.as_payload(msg, self.is_complex)),
                               ended))
@@ -341,7 +340,7 @@ class Worker:
         # the scheme only reads its own worker's entry of the plan
         own = tuple(tuple(parts) if j == self.i else () for j in range(self.n))
         plan = Plan(t=t, parts=own, n_parts=n_parts, load=np.full(self.n, load), batch=batch)
-        return P.as_payload(self.scheme.message(self.i, partials, plan), self.is_complex)
+        return P.as_payload(self.scheme.message(self.i, 1, partials, plan), self.is_complex)
 
     def _emulated(self, t: int, load: float) -> float:
         """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
