@@ -107,7 +107,7 @@ def exact_discrete(k: int, groups: list, load: float) -> float:
 def integrate(k: int, n: int, groups: list, load: float) -> tuple[float, float]:
     """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)`` (the groups' total CDFs include
     their load-independent terms)."""
-    import scipy.integrate  # imported here: scipy.stats/integrate cost 0.3 s at start-up, on every MPI rank
+    import scipy.integrate  # imported here: slow to import, on every MPI rank
     import scipy.stats
 
     counts = [c for c, _ in groups]
