@@ -76,8 +76,8 @@ we chose:
 - *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
   (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
   ``tests/test_partial.py``), so the
-  paper's criterion leaves nothing to optimise there, as far as we can tell; its algorithm (which we do not have)
-  matters for other assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
+  paper's criterion leaves nothing to optimise there; its algorithm (not implemented here) matters for other
+  assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
   estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
   ``l > 1``, ours); with equal estimates it is ``Q_max``-optimal too, and under i.i.d. delays it differs from
   natural only by estimation noise.
