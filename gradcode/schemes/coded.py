@@ -101,7 +101,7 @@ class Coded(Scheme):
                 self._decodable.clear()
             F = sorted(key)
             hit, decoding = _least_squares_verdict(self.code, F) if self._least_squares else (None, None)
-            if decoding is not None:     # the combine's decode of this set, already solved (issue 30)
+            if decoding is not None:     # the combine's decode of this set, already solved
                 self.code.remember_exact(np.array(F, dtype=np.int64), decoding)
             if hit is None:
                 hit = self.code.is_decodable(F)
@@ -112,7 +112,7 @@ class Coded(Scheme):
 
     def stop_index(self, received, plan: Plan) -> int | None:
         """The first prefix of ``order`` that decodes: where the MPI master, asking :meth:`done` after every
-        arrival, stops (issue 28). Prefixes that leave a partition unheld are skipped (they cannot give the sum);
+        arrival, stops. Prefixes that leave a partition unheld are skipped (they cannot give the sum);
         a code without ``early_decoding`` needs ``n - s``; with it, the prefix of ``n - s - 1`` is tried first and,
         if it decodes, the first decodable one is found by bisection (the exact decode is a least-squares residual
         test or a coverage test, both monotone: a superset of a decodable set decodes). From ``n - s`` on every
@@ -171,8 +171,8 @@ def _holders(code: Code) -> np.ndarray:
 
 def _least_squares_verdict(code: Code, F: list[int]) -> tuple[bool | None, Decoding | None]:
     """Is ``F`` decodable by a code whose exact decode is least squares (``B_F^T a = 1``, residual checked)? Normal
-    equations with two steps of refinement (Cholesky: ~5x cheaper than ``lstsq`` at ``n = 100``): True when they
-    reach a residual within ``tol`` (least squares reaches at most that), False when the refinement has settled on
+    equations with two steps of refinement (Cholesky: several times cheaper than ``lstsq`` at ``n = 100``): True when
+    they reach a residual within ``tol`` (least squares reaches at most that), False when the refinement has settled on
     a residual 1000x over ``tol`` (the least residual), None when unsure (ill-conditioned: ask the decoder).
 
     With True comes the exact :class:`Decoding` itself when the Gram matrix ``B_F B_F^T`` is well conditioned (its

@@ -56,9 +56,9 @@ and go uncoded in a first message as soon as they are done; the last ``s + 1`` a
 (the own chunks have no redundancy) and ``n - s`` decodable second messages. All chunks are one data partition of
 ``n (partitions - s - 1) + n``, each worth ``n / n_parts`` load units (the data set is ``n`` units, as for sync).
 
-**Where this reading may differ from the paper.** The paper's text beyond its abstract and introduction was not
-readable here (the search tool gives the arXiv HTML's first page; a second-hand summary describes its figures), so
-the following is what those say, then what we chose:
+**Where this reading may differ from the paper.** It rests on the paper's abstract and introduction [paper] and a
+second-hand summary of its figures [summary] (``docs/references.md#partial-stragglers``); what those say, then what
+we chose:
 
 - *Read* [paper]: workers process their chunks in an order, the PS rebuilds the gradient (exactly or approximately)
   from the work of fast and partially slow workers; the protocols are computation- and communication-efficient and
@@ -76,8 +76,8 @@ the following is what those say, then what we chose:
 - *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
   (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
   ``tests/test_partial.py``), so the
-  paper's criterion leaves nothing to optimise there, as far as we can tell; its algorithm (which we do not have)
-  matters for other assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
+  paper's criterion leaves nothing to optimise there; its algorithm (not implemented here) matters for other
+  assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
   estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
   ``l > 1``, ours); with equal estimates it is ``Q_max``-optimal too, and under i.i.d. delays it differs from
   natural only by estimation noise.
