@@ -27,7 +27,7 @@ ranks) divided by ``time_scale``, i.e. in model time units, comparable with the 
 master begins handing out plan ``t``, ``end`` when the stop rule held; the master's own work (decode, update,
 sends) lies between one ``end`` and the next ``start``; the loss evaluation for the records is bookkeeping and is
 kept off the clock (``now``), as on the virtual clock. ``ideal_end = start + D_t`` with ``D_t`` the duration the
-simulator's arithmetic (:func:`gradcode.clusters.driver.master_iteration`) gives iteration ``t`` with the same draws and
+simulator's arithmetic (:func:`gradcode.clusters.iteration.iteration`) gives iteration ``t`` with the same draws and
 zero overhead, starting from where the workers are: a worker still busy is taken to be free when it would finish its
 plan with zero overhead (the begin of that plan plus its emulated time). So ``sum(ideal_end - start)`` is the ideal
 total time, the summary's ``overhead_ratio`` is measured over ideal, and each iteration is charged its own overhead only
@@ -57,14 +57,17 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.clusters.driver import Arrivals, Driver, SimulationError, late_rule, master_iteration
+from gradcode.clusters.driver import Driver, SimulationError, late_rule
+from gradcode.clusters.iteration import Iteration, iteration
 from gradcode.clusters.records import RecordWriter, complete_record, write_summary
+from gradcode.schemes._base import Received
 
 from . import protocol as P
 from . import streaming as S
@@ -175,7 +178,7 @@ class Master(Driver):
         self.stamp = time.time()      # workers count their emulated time from here (see worker.py)
         tick = time.perf_counter()
         self.slot = self.slots.publish(t, self.w, self.slot_of[self.busy >= 0])
-        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
+        self.stats = {"stale": 0, "erasures": [], "overruns": []}
         self.heard.new(t)
         # in model units from this start; an idle worker's answer is in, so it was free by now
         free = np.where(self.busy < 0, start, start + (self.expected_free - self.stamp) / self.scale)
@@ -195,9 +198,10 @@ class Master(Driver):
         end = self.now()
         tick = time.perf_counter()
         self.evaluation_s = 0.0
-        rec = self.conclude_gather(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start),
-                                   responders=responders, messages=self.stats["sent"],
-                                   computed=self.stats["computed"], combined=self._combine(plan, responders),
+        # the work counted is the ideal's on the same draws (as for a stream); what was used is what arrived
+        measured = replace(ideal, end=end, received=Received(responders))
+        rec = self.conclude_gather(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), it=measured,
+                                   combined=self._combine(plan, responders),
                                    stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"], ideal_responders=ideal_responders,
                                    **self.heard.fields(t, start, self.delay.injects))
@@ -224,18 +228,16 @@ class Master(Driver):
         the chunks done, so stale ones are dropped by header and the messages ``(worker, chunks)`` of this
         iteration go to the stop policy (:meth:`gradcode.clusters.driver.StopPolicy.holds`). The
         ideal end and the work counted (``worker_computed``) come from the simulator's arithmetic on the same draws
-        (:func:`gradcode.clusters.driver.stream_iteration`); what was used is what arrived. On one node the model goes
+        (:func:`gradcode.clusters.iteration.iteration`); what was used is what arrived. On one node the model goes
         into a shared slot no worker may still read (:class:`~mpi_runtime.streaming.Unread`) and the payloads come
         through the workers' rings (:class:`~mpi_runtime.streaming.Ring`): only headers travel, as on the one-message
         path."""
-        from gradcode.clusters.driver import Stream, stream_iteration
-
         self.faults.maybe_crash(t)
         start = self.now()
         self.stamp = time.time()
         tick = time.perf_counter()
         self.slot = self.slots.publish(t, self.w, self.unread.held())
-        self.stats = {"stale": 0, "erasures": [], "overruns": [], "sent": 0, "computed": 0.0}
+        self.stats = {"stale": 0, "erasures": [], "overruns": []}
         self.heard.new(t)
         for i in range(self.n):
             if self.recv_reqs[i] == MPI.REQUEST_NULL:
@@ -255,7 +257,7 @@ class Master(Driver):
         self.emulated = compute[0] + comm_time[0]
         begin = np.maximum(start, free) if late == "finish" or plan.chunked else np.full(self.n, start)
         try:
-            ideal = stream_iteration(self.policy, plan, start, begin, compute[0], comm_time[0], late)
+            ideal = iteration(self.policy, plan, start, begin, compute[0], comm_time[0], late)
         except SimulationError as err:
             raise RunFailure(f"iteration {t}: {err}") from None
         self.expected_free[:] = np.where(ideal.started, self.stamp + (ideal.free - start) * self.scale,
@@ -266,14 +268,13 @@ class Master(Driver):
         end = self.now()
         tick = time.perf_counter()
         self.evaluation_s = 0.0
-        measured = Stream(start, end, ideal.begin, ideal.chunk_end, received, ideal.arrive, ideal.started,
-                          ideal.done, ideal.free, ideal.sent, ideal.table)
+        measured = replace(ideal, end=end, received=received)
         if self.total is not None:     # summed as they arrived (_keep)
             combined = self.scheme.combine_weighted(self.total, received, plan)
         else:
             combined = self.scheme.combine(P.from_payload(self.inbox[:len(received)], self.is_complex),
                                                   received, plan)
-        rec = self.conclude_stream(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), stream=measured,
+        rec = self.conclude_gather(t, plan, start, end, ideal_end=start + (ideal.end - ideal.start), it=measured,
                                    combined=combined, stale=self.stats["stale"], erasures=self.stats["erasures"],
                                    overruns=self.stats["overruns"],
                                    ideal_responders=ideal.responders.tolist(),
@@ -403,14 +404,14 @@ class Master(Driver):
 
     # --- the shadow clock -----------------------------------------------------------------------------------
     def _ideal(self, t: int, plan, start: float, free: np.ndarray, compute: np.ndarray,
-               comm_time: np.ndarray) -> Arrivals:
+               comm_time: np.ndarray) -> Iteration:
         """The simulator's arithmetic for iteration ``t`` (same draws, zero overhead), from where the workers are:
         the virtual clock is set to this iteration's ``start`` and each worker's free time to when it would finish
         the plan it holds with zero overhead (``expected_free``), so that the ideal charges this iteration's
         overhead alone. (A free-running virtual clock would drift from the real one, and under ``finish`` a late
         worker that catches a plan on one clock and misses it on the other makes the two differ by a whole delay.)"""
         try:
-            return master_iteration(self.policy, plan, start, np.maximum(start, free), compute, comm_time)
+            return iteration(self.policy, plan, start, np.maximum(start, free), compute, comm_time, "finish")
         except SimulationError as err:
             raise RunFailure(f"iteration {t}: {err}") from None
 
@@ -435,8 +436,6 @@ class Master(Driver):
         if ring:
             self._ring([i])
         self.busy[i], self.slot_of[i] = t, self.slot
-        self.stats["sent"] += 1
-        self.stats["computed"] += float(plan.load[i])
 
     def _collect(self, t: int, plan, start: float, fallback: set[int] | None) -> list[int]:
         """Responders of iteration ``t`` in arrival order, until the stop rule holds."""

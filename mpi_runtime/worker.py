@@ -183,7 +183,7 @@ class Worker:
     def _work_stream(self, buf: np.ndarray) -> bool:
         """Chunk by chunk: compute chunk ``j``'s real gradient, build and queue the scheme's message if it wants one
         after this chunk, wait until the chunk's emulated end ``begin + compute (j + 1) / L`` (the simulator's
-        :class:`gradcode.clusters.driver.Stream`), then - between chunks - answer a STOP, drop the rest if a newer plan
+        :mod:`gradcode.clusters.iteration`), then - between chunks - answer a STOP, drop the rest if a newer plan
         has come (``abandon``; an unchunked plan is interruptible throughout, as the simulator's ``abandon``) and stop
         at the local deadline ``tau``. A queued message goes out ``comm`` after its chunk ended: before the next chunk's
         real compute if that leaves the compute time to end by the chunk's emulated end, else after it. The worker's

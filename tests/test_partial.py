@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from gradcode import make_scheme
-from gradcode.clusters.driver import StopPolicy, chunk_ends, stream_iteration
+from gradcode.clusters.driver import StopPolicy
+from gradcode.clusters.iteration import chunk_ends, iteration
 from gradcode.clusters.records import worker_values
 from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError, DecodeFallbackWarning
@@ -312,16 +313,16 @@ def test_approximate_mode_stops_at_the_deadline_or_wait(workload):
 @pytest.mark.parametrize("params", [{"s": 2}, {"s": 3, "group": 2}, {"s": 4, "group": 3},
                                     {"s": 2, "protocol": "tandon"}, {"s": 2, "mode": "approximate", "wait": 4}])
 def test_stream_used_counts_the_chunks_since_each_workers_previous_message(params):
-    """``Stream.used`` (all messages at once, from the emit table) is the definition message by message: each
+    """``Iteration.used`` (all messages at once, from the emit table) is the definition message by message: each
     received ``(i, c)`` delivers the chunks since worker ``i``'s previous emit before ``c``, at its chunk load;
-    also for a Stream without the table (as a cluster may build it) and for messages out of arrival order."""
+    also without the table (as a cluster may build it) and for messages out of arrival order."""
     from dataclasses import replace
 
     sch = make_scheme("partial_coded", n=7, **params)
     rng = np.random.default_rng(5)
     for t in range(30):
         plan = sch.plan(t)
-        it = stream_iteration(StopPolicy(sch), plan, 0.0, np.zeros(7), rng.pareto(2.0, 7) + 1, rng.random(7), "finish")
+        it = iteration(StopPolicy(sch), plan, 0.0, np.zeros(7), rng.pareto(2.0, 7) + 1, rng.random(7), "finish")
         expected = np.zeros(7)
         for i, c in it.received:
             emits = sch.emits(i, plan)
@@ -348,7 +349,7 @@ def test_abandon_drops_the_rest_at_the_next_chunk_boundary():
     plan = sch.plan(0)
     compute = np.array([3.0, 3.3, 60.0])
     for late, done2 in (("finish", 3), ("abandon", 1)):
-        it = stream_iteration(StopPolicy(sch), plan, 0.0, np.zeros(3), compute, np.zeros(3), late)
+        it = iteration(StopPolicy(sch), plan, 0.0, np.zeros(3), compute, np.zeros(3), late)
         # worker 0's chunks 0, 1, 2 end at 1, 2, 3, worker 1's 1, 2, 0 at 1.1, 2.2, 3.3: all in at 2.2;
         # worker 2's end at 20, 40, 60
         assert it.end == pytest.approx(2.2)

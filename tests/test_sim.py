@@ -616,7 +616,7 @@ def _same(x, y) -> bool:
 
 
 def test_arrival_order_is_the_stable_argsort():
-    from gradcode.clusters.driver import KEYED_SORT_MIN, arrival_order
+    from gradcode.clusters.iteration import KEYED_SORT_MIN, arrival_order
 
     rng = np.random.default_rng(0)
     cases = []
@@ -682,12 +682,12 @@ def test_timing_only_counts_whole_unit_loads_exactly(late, name, params):
 
 
 def test_whole_unit_only_where_counting_is_exact():
-    from gradcode.clusters.sim import _whole_unit
+    from gradcode.clusters.driver import whole_unit
 
-    assert _whole_unit(np.ones(5)) == 1.0 and _whole_unit(np.full((2, 3), 3.0)) == 3.0
-    assert _whole_unit([1.0, 2.0]) is None and _whole_unit(np.full(4, 0.5)) is None
-    assert _whole_unit(np.full(4, 2.0 ** 52)) is None          # sums past 2^53 are not exact
-    assert _whole_unit(np.full(4, np.nan)) is None and _whole_unit(np.zeros(3)) == 0.0
+    assert whole_unit(np.ones(5)) == 1.0 and whole_unit(np.full((2, 3), 3.0)) == 3.0
+    assert whole_unit([1.0, 2.0]) is None and whole_unit(np.full(4, 0.5)) is None
+    assert whole_unit(np.full(4, 2.0 ** 52)) is None          # sums past 2^53 are not exact
+    assert whole_unit(np.full(4, np.nan)) is None and whole_unit(np.zeros(3)) == 0.0
 
 
 @pytest.mark.parametrize(("name", "params"), [("sync", {}), ("adaptive_k_load", {}), ("partial_coded", {"s": 2})])
@@ -765,3 +765,31 @@ def test_records_docstring_examples_run():
 
     result = doctest.testmod(records, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 8
+
+
+@pytest.mark.parametrize("name, params", [("fastest_k", {"k": 5}), ("sync", {}), ("backup", {"b": 3}),
+                                          ("coded", {"code": "cyclic_repetition", "s": 2}),
+                                          ("coded", {"code": "expander", "s": 2, "wait": 8})])
+def test_vectorised_timing_is_the_cluster_loop_under_abandon(name, params):
+    """The vectorised timing-only pass (late workers abandon, every iteration ``T_(m:n)`` of fresh draws) is the
+    cluster's loop on the same draws: the same stops, responders, loads, messages and work used bit for bit, and the
+    same times and work computed to the rounding of the clock (the pass adds each iteration's ``T_(m:n)`` to the
+    clock, the loop each worker's ``compute`` then its ``comm`` to the iteration's start, so a dropped worker's
+    share ``(end - begin) / compute`` differs in its last bits)."""
+    from gradcode.clusters.sim import SimulatedCluster
+
+    delay = make_delay("pareto", alpha=1.5, comm=0.3)
+    scheme = make_scheme(name, n=12, **params)
+    fast = simulate(scheme, delay, iterations=60, seed=2, late_workers="abandon").records
+    scheme.reset()
+    loop = SimulatedCluster(scheme, delay, None, seed=2, late_workers="abandon", iterations=60).run()
+    assert len(fast) == len(loop) == 60
+    for a, b in zip(fast, loop, strict=True):
+        assert list(a) == list(b)
+        for key in a:
+            x, y = a[key], b[key]
+            if key in ("start", "end", "ideal_end", "computed", "wasted") or key.startswith("worker_"):
+                np.testing.assert_allclose(np.asarray(x, dtype=float), np.asarray(y, dtype=float), rtol=1e-12,
+                                           atol=1e-12, err_msg=key)
+            else:
+                assert _same(x, y), key

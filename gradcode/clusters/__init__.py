@@ -1,7 +1,8 @@
 """Clusters: the one driver and the simulated cluster (``mpi_runtime`` is the other cluster, beside this package).
 
 - :mod:`.driver`: everything a cluster does that is not how time passes or how a message moves: the stop policy,
-  the master's arithmetic of an iteration (gather and stream), the training loop around a scheme (:class:`Driver`);
+  the record of an iteration, the training loop around a scheme (:class:`Driver`);
+- :mod:`.iteration`: one master iteration on the virtual clock (the one message model: chunks and messages);
 - :mod:`.records`: one iteration's record, the compact per-worker fields, the record writer and the run summary;
 - :mod:`.footprint`: the memory a run will need, checked before it starts;
 - :mod:`.sim`: the virtual clock (:func:`simulate`), a small subclass of the driver's loop.
@@ -10,22 +11,17 @@ The names below are re-exported so that ``from gradcode.clusters import summariz
 """
 
 from .driver import (
-    Arrivals,
     Driver,
     SimulationError,
     StopPolicy,
-    Stream,
     all_reduce_schedule,
-    chunk_ends,
     default_lr,
     evaluates_loss,
-    master_iteration,
+    gather_record,
     relative_error,
     run_finished,
-    stream_iteration,
-    took_up,
-    work_done,
 )
+from .iteration import Iteration, chunk_ends, iteration
 from .records import (
     HELDOUT_KEYS,
     PER_WORKER_LIMIT,
@@ -52,14 +48,13 @@ from .records import (
 )
 
 __all__ = [
-    "Arrivals",
     "Driver",
+    "Iteration",
     "HELDOUT_KEYS",
     "PER_WORKER_LIMIT",
     "RecordWriter",
     "SimulationError",
     "StopPolicy",
-    "Stream",
     "WORKER_TIMES_MAX_N",
     "WORKER_TIME_KEYS",
     "all_reduce_schedule",
@@ -70,8 +65,9 @@ __all__ = [
     "complete_record",
     "default_lr",
     "evaluates_loss",
+    "gather_record",
+    "iteration",
     "jsonable",
-    "master_iteration",
     "overhead_ratios",
     "per_worker",
     "record_load",
@@ -81,10 +77,7 @@ __all__ = [
     "relative_error",
     "run_finished",
     "spans",
-    "stream_iteration",
     "summarize",
-    "took_up",
-    "work_done",
     "work_fields",
     "worker_times",
     "worker_values",

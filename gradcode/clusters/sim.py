@@ -21,9 +21,9 @@ also the ideal end time).
 Work is counted as done: a worker that abandons has computed the share of its load it got through (chunk by chunk
 in a chunked plan), and ``wasted`` is what it computed and no combine used.
 
-A streaming scheme (``scheme.streams``, e.g. ``partial_coded``) runs its chunks with one speed per worker and
-iteration (the draw for the whole plan, split over the chunks) and sends after the chunks the scheme names
-(:class:`gradcode.clusters.driver.Stream`).
+Every plan runs as chunks with one speed per worker and iteration (the draw for the whole plan, split over the
+chunks; an unchunked plan is one chunk), and every worker sends after the chunks the scheme names: once, after its
+last, unless the scheme streams (``partial_coded``): :mod:`gradcode.clusters.iteration`.
 
 Decentralized schemes (DropCompute) run a synchronous All-Reduce step instead: every worker follows the scheme's
 schedule of chunks, the step ends at ``max_i (compute_i + comm_i)``.
@@ -54,15 +54,13 @@ from .driver import (
     SimulationError,
     StopPolicy,
     all_reduce_schedule,
-    arrival_order,
     default_lr,
+    gather_record,
     late_rule,
-    master_iteration,
-    stream_iteration,
-    used_load,
-    work_done,
+    whole_unit,
 )
 from .footprint import check_memory
+from .iteration import Iteration, arrival_order, iteration
 from .records import WORKER_TIMES_MAX_N, RecordWriter, build_record, spans, summarize, worker_times, write_summary
 
 __all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
@@ -188,9 +186,8 @@ def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budge
     return not plan.chunked and late_rule(late_workers, plan) == "finish"
 
 
-# draws per vectorised block: 4 MB an array (52 rows at n = 10,000). At 256 rows (20 MB an array) a fresh process
-# page-faulted every block in afresh: the first timing-only run of n = 10,000 x 1,000 took 0.72 s against 0.53 s;
-# with the allocator's thresholds held steady the two block sizes are within noise (docs/benchmarks.md).
+# draws per vectorised block: 4 MB an array (52 rows at n = 10,000). Larger blocks (20 MB an array at 256 rows) make
+# a fresh process page-fault every block in afresh (docs/benchmarks.md).
 _BLOCK = 1 << 19
 
 
@@ -208,7 +205,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     records: list[dict] = []
     clock = 0.0
     load = np.broadcast_to(np.asarray(plan.load, dtype=float), (n,))
-    unit = _whole_unit(load)
+    unit = whole_unit(load)
     for t0 in range(0, iterations, chunk):
         ts = np.arange(t0, min(t0 + chunk, iterations))
         compute, comm = delay.sample(seed, ts, n, plan.load)
@@ -220,7 +217,7 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
         if not np.all(np.isfinite(kth)):
             raise SimulationError(f"{scheme.name}: the stop rule cannot be met; some workers never answer")
         ends = clock + np.cumsum(kth)
-        # abandon: a worker stops at the end, having done kth / compute of its load (work_done's rule)
+        # abandon: a worker stops at the end, having done kth / compute of its load (iteration._work's rule)
         with np.errstate(divide="ignore", invalid="ignore"):
             share = np.where((compute > 0) & (compute > kth[:, None]), kth[:, None] / compute, 1.0)
         computed_t = (share * load).sum(axis=1)
@@ -239,9 +236,9 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
 
 
 def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, chunk: int = 256) -> list[dict]:
-    """:meth:`SimulatedCluster.gather` and :meth:`Driver.conclude_gather` of a timing-only run with late workers
-    finishing, the same arithmetic in the same order (the same records, bit for bit), without a cluster object and
-    with the delays drawn ``chunk`` iterations at a time."""
+    """:meth:`SimulatedCluster.gather` of a timing-only run with late workers finishing, the same functions
+    (:func:`iteration`, :func:`gather_record`) without a cluster object, and the delays drawn ``chunk`` iterations
+    at a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load)."""
     n = scheme.n
     policy = StopPolicy(scheme)
     chunk = block_rows(n, chunk)
@@ -253,23 +250,14 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
         if not all(p.load is loads for p in plans):
             loads = np.stack([np.broadcast_to(np.asarray(p.load, dtype=float), (n,)) for p in plans])
         compute, comm = delay.sample(seed, np.arange(t0, t0 + len(plans)), n, loads)
-        unit = _whole_unit(loads)
         for j, plan in enumerate(plans):
             start = clock
-            begin = np.maximum(start, free)
-            it = master_iteration(policy, plan, start, begin, compute[j], comm[j])
-            free = np.where(it.started, it.arrive, free)
+            it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish")
+            free = np.where(it.started, it.free, free)
             clock = it.end
-            if unit is not None:    # whole numbers add up exactly in any order: the sums below, without the arrays
-                total, used = unit * int(np.count_nonzero(it.started)), unit * len(it.responders)
-            else:
-                done = work_done(plan, begin, compute[j], it.end, it.started, "finish")
-                total, used = float(np.sum(done)), float(used_load(plan.load, it.responders, n).sum())
-            measured = {"used": used, **_master_times(start, it, compute[j], comm[j])}
-            rec = build_record(scheme, plan.t, start, it.end, ideal_end=it.end, responders=it.responders,
-                               load=plan.load, messages=int(it.started.sum()), computed=total, wasted=total - used,
-                               combined=None, loss=None, grad_error=None, measured=measured,
-                               state=scheme.record(), metrics={})
+            rec = gather_record(scheme, plan, it, start, it.end, ideal_end=it.end, combined=None, loss=None,
+                                grad_error=None, measured=it.worker_times(compute[j], comm[j]),
+                                state=scheme.record(), metrics={}, d=None)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -278,17 +266,6 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
     if bar is not None:
         bar.close()
     return records
-
-
-def _whole_unit(loads) -> float | None:
-    """The load every worker carries when all carry the same whole number of units (uncoded schemes: 1), else None.
-    Sums of such loads are exact in any order while they stay below 2^53, so a count times the unit is the array
-    sum, to the bit."""
-    loads = np.asarray(loads, dtype=float)
-    first = float(loads.flat[0]) if loads.size else math.nan
-    if not (first.is_integer() and abs(first) * loads.shape[-1] < 2.0 ** 53 and np.all(loads == first)):
-        return None
-    return first
 
 
 class SimulatedCluster(Driver):
@@ -319,19 +296,22 @@ class SimulatedCluster(Driver):
         """The ``(n_parts, d)`` gradients of every partition at the current model."""
         return self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch)
 
-    def _combine(self, partials: np.ndarray, responders: np.ndarray, plan: Plan) -> tuple[Combined, np.ndarray]:
-        """The estimate from the responders' messages, and the full gradient (``grad_error``'s truth). A scheme that
-        combines from the messages' plain sum (``sums_messages``), each message a sum of partitions
-        (``message_weights``), gets both from one product ``(2, n_parts) @ (n_parts, d)``: one pass over the
-        partials instead of a copy of the responders' rows and two sums (~50 us an iteration at n = 100, d = 1,000,
-        a fifth of the simulator's own time there). The same numbers up to rounding (the order of the additions)."""
-        received = Received(responders)
-        weights = self.scheme.message_weights(received, plan) if self.scheme.sums_messages else None
-        if weights is None:
-            messages = self.scheme.messages(partials, received, plan)
-            return self.scheme.combine(messages, received, plan), partials.sum(axis=0)
-        total, truth = np.stack([weights, np.ones(plan.n_parts)]) @ partials
-        return self.scheme.combine_sum(total, len(responders), plan), truth
+    def _combine(self, partials: np.ndarray, it: Iteration, plan: Plan) -> tuple[Combined, np.ndarray]:
+        """The estimate from the received messages, and the full gradient (``grad_error``'s truth). From the
+        partials where the scheme can: a scheme that combines from the messages' plain sum (``sums_messages``),
+        each message a sum of partitions (``message_weights``), gets both from one product ``(2, n_parts) @
+        (n_parts, d)``, one pass over the partials instead of a copy of the responders' rows and two sums; a scheme
+        with its own shortcut (``combine_partials``) the estimate without making the messages. The same numbers up
+        to rounding (the order of the additions)."""
+        scheme, received = self.scheme, it.received
+        weights = scheme.message_weights(received, plan) if scheme.sums_messages else None
+        if weights is not None:
+            total, truth = np.stack([weights, np.ones(plan.n_parts)]) @ partials
+            return scheme.combine_sum(total, len(received), plan), truth
+        combined = scheme.combine_partials(partials, received, plan)
+        if combined is None:
+            combined = scheme.combine(scheme.messages(partials, received, plan), received, plan)
+        return combined, partials.sum(axis=0)
 
     def _draws(self, t: int, load) -> tuple[np.ndarray, np.ndarray]:
         """Iteration ``t``'s ``(1, n)`` compute and communication times. While the plans' load stays the same they
@@ -352,51 +332,23 @@ class SimulatedCluster(Driver):
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
         compute, comm = self._draws(t, plan.load)
+        compute, comm = compute[0], comm[0]
         late = late_rule(self.late, plan)
         # abandon: a chunked worker drops the rest at its next chunk boundary (free then); others at once
         begin = np.maximum(start, self.free) if late == "finish" or plan.chunked else np.full(self.n, start)
-        if self.scheme.streams:
-            return self._gather_stream(t, plan, start, begin, compute[0], comm[0], late)
-        it = master_iteration(self.policy, plan, start, begin, compute[0], comm[0])
-        done = work_done(plan, begin, compute[0], it.end, it.started, late)
-        if late == "finish":
-            self.free = np.where(it.started, it.arrive, self.free)
-        self.clock = it.end
-        combined = truth = None
-        measured = {}
-        if self.workload is not None:
-            combined, truth = self._combine(self._partials(t, plan), it.responders, plan)
-            # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
-            measured["busy"] = spans(begin, it.arrive, it.started)
-        measured.update(_master_times(start, it, compute[0], comm[0]))
-        return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, responders=it.responders,
-                                    messages=int(it.started.sum()), computed=float(done.sum()),
-                                    worker_computed=done, combined=combined, truth=truth, **measured)
-
-    def _gather_stream(self, t: int, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray,
-                       comm: np.ndarray, late: str) -> dict[str, Any]:
-        """A streaming scheme's iteration: chunk by chunk, several messages per worker (:class:`Stream`)."""
-        it = stream_iteration(self.policy, plan, start, begin, compute, comm, late)
+        it = iteration(self.policy, plan, start, begin, compute, comm, late)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end
         self.scheme.observe_chunks(t, _chunk_seconds(plan, compute))
         combined = truth = None
         measured = {}
         if self.workload is not None:
-            partials = self._partials(t, plan)
-            # from the partials where the scheme can (one product, not a message per chunk: ~0.8 ms an iteration
-            # of partial_coded at n = 100), else from the messages
-            combined = self.scheme.combine_partials(partials, it.received, plan)
-            if combined is None:
-                combined = self.scheme.combine(self.scheme.messages(partials, it.received, plan), it.received, plan)
-            truth = partials.sum(axis=0)
-            arrive = np.full(self.n, -np.inf)
-            np.maximum.at(arrive, it.senders, it.arrive)
-            last = np.where(it.started, np.maximum(it.free, np.where(np.isfinite(arrive), arrive, -np.inf)), np.inf)
-            measured["busy"] = spans(begin, last, it.started)
-        measured.update(_stream_times(start, it, compute, comm))
-        return self.conclude_stream(t, plan, start, it.end, ideal_end=it.end, stream=it, combined=combined,
-                                    truth=truth, **measured)
+            combined, truth = self._combine(self._partials(t, plan), it, plan)
+            # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
+            measured["busy"] = spans(begin, _last_out(it, plan), it.started)
+        measured.update(it.worker_times(compute, comm))
+        return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, it=it, combined=combined, truth=truth,
+                                    **measured)
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
@@ -417,6 +369,16 @@ class SimulatedCluster(Driver):
                                         combined=combined, truth=truth, **measured)
 
 
+def _last_out(it: Iteration, plan: Plan) -> np.ndarray:
+    """When each worker is done with the plan, for its timeline span: an unchunked plan's message arrival; a chunked
+    plan's last received message or the moment it was free, whichever is later."""
+    if not plan.chunked:
+        return it.times      # one message a worker, in worker order
+    arrive = np.full(len(it.begin), -np.inf)
+    np.maximum.at(arrive, it.senders, it.arrive)
+    return np.where(it.started, np.maximum(it.free, arrive), np.inf)
+
+
 def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
     """Each worker's time per chunk this iteration (its plan's compute time over its chunks)."""
     return compute / plan.chunk_counts
@@ -424,38 +386,6 @@ def _chunk_seconds(plan: Plan, compute: np.ndarray) -> np.ndarray:
 
 def _same_load(kept: np.ndarray, load) -> bool:
     return np.array_equal(kept, np.asarray(load, dtype=float))
-
-
-# --- per-worker times for the records (gradcode.clusters.records.worker_times): NaN where a worker took no part -
-def _master_times(start: float, it, compute: np.ndarray, comm: np.ndarray) -> dict[str, Any]:
-    """A master iteration's worker times: the plan taken up at ``begin``, sent ``compute`` later, arrived ``comm``
-    after that; sent and arrival only for a message that arrived by the end (as on MPI, where no other is known)."""
-    if len(compute) >= WORKER_TIMES_MAX_N:
-        return {}    # worker_times leaves them out
-    took = it.started
-    answered = took & (it.arrive <= it.end)
-    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=np.where(took, compute, np.nan),
-                        sent=np.where(answered, it.arrive - comm, np.nan),
-                        arrived=np.where(answered, it.arrive, np.nan), delay=np.where(took, compute + comm, np.nan))
-
-
-def _stream_times(start: float, it, compute: np.ndarray, comm: np.ndarray) -> dict[str, Any]:
-    """A streamed iteration's worker times: sent and arrival of each worker's last message received by the end, and
-    its compute up to that message (as an MPI worker reports it), else that of the chunks it did."""
-    n = len(it.begin)
-    sent, arrived = np.full(n, np.nan), np.full(n, np.nan)
-    chunks = np.maximum(np.isfinite(it.chunk_end).sum(axis=1), 1)    # each worker's (finite ends past its last: inf)
-    with np.errstate(invalid="ignore"):
-        done = np.where(it.started, compute * it.done / chunks, np.nan)
-    if it.received:     # each worker's last message received (they are in arrival order)
-        who = it.senders
-        last = len(who) - 1 - np.unique(who[::-1], return_index=True)[1]
-        i, c = who[last], it.counts[last]
-        sent[i], arrived[i] = it.chunk_end[i, c - 1], it.arrive[last]
-        done[i] = it.chunk_end[i, c - 1] - it.begin[i]
-    took = it.started
-    return worker_times(start, plan_received=np.where(took, it.begin, np.nan), compute=done, sent=sent,
-                        arrived=arrived, delay=np.where(took, compute + comm, np.nan))
 
 
 def _vector_times(start: float, compute: np.ndarray, response: np.ndarray, kth: float) -> dict[str, Any]:

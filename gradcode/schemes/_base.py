@@ -73,6 +73,8 @@ class Plan:
     def chunk_counts(self) -> np.ndarray:
         """Every worker's :meth:`chunks`, an int array made once per plan (a streamed iteration asks for it four
         times). Only chunked plans need it: an unchunked plan's is ``n`` ones."""
+        if not self.chunked:
+            return np.ones(len(self.parts), dtype=np.intp)
         return np.fromiter((self.chunks(i) for i in range(len(self.parts))), dtype=np.intp, count=len(self.parts))
 
 
@@ -118,6 +120,11 @@ class Received(Sequence):
     @property
     def chunks(self) -> np.ndarray:
         return np.ones(len(self.workers), dtype=np.intp) if self._chunks is None else self._chunks
+
+    @property
+    def one_each(self) -> bool:
+        """True when every message is its worker's one message (``chunks`` left out): workers and messages agree."""
+        return self._chunks is None
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -326,7 +333,7 @@ class Scheme:
         # (received is not indexed here: in a decentralized step it lists the kept chunks, not messages)
         messages = check_numeric("messages", messages)
         if messages.ndim not in (1, 2) or messages.shape[0] != len(received):
-            raise ConfigError(f"messages must have one row per message received: expected shape "
+            raise ConfigError("messages must have one row per message received: expected shape "
                               f"({len(received)}, d), got {messages.shape}")
         return self.combine_sum(messages.sum(axis=0), len(received), plan)
 
