@@ -23,7 +23,8 @@
 
 A comparison (``gradcode compare``) may sweep delay models with several ``[[delays]]`` tables instead of ``[delay]``,
 each with a ``label``; ``[cluster] kind`` is ``"sim"``, ``"mpi"`` or ``"both"``; any scheme or delay table may carry a
-``label`` (used in reports, never passed to the factory).
+``label`` (used in reports, never passed to the factory). The ``[run]`` table and ``[cluster] late_workers`` are the
+run's :class:`RunOptions`, one object that either cluster runs with.
 
 Inside each table ``name`` selects the factory entry (``make_workload``, ``make_delay``, ``make_scheme``) and the
 other keys are its parameters, so anything the Python API accepts a spec accepts too (``gradcode describe NAME``
@@ -75,10 +76,10 @@ def _float(low: float | None = None, *, low_open: bool = False):
     return lambda key, value: check_float(key, value, low=low, low_open=low_open)
 
 
-def _one_of(accepted: tuple[str, ...], why: str = ""):
+def _one_of(accepted: tuple[str, ...]):
     def check(key: str, value):
         if not isinstance(value, str) or value not in accepted:
-            raise ConfigError(f"{key} = {value!r}: accepted: {', '.join(map(repr, accepted))}{why}")
+            raise ConfigError(f"{key} = {value!r}: accepted: {', '.join(map(repr, accepted))}")
         return value
     return check
 
@@ -125,8 +126,7 @@ class RunOptions:
                                            "before naming a rank", _float(0.0, low_open=True))
     inject: str = _option("wait", "MPI: 'wait' (default: wait out the emulated delay from the iteration's start) "
                                   "or 'add' (sleep it after the real compute)",
-                          _one_of(INJECT_MODES, " (wait out the emulated delay from the iteration's start, or add "
-                                                "it after the real compute)"))
+                          _one_of(INJECT_MODES))
 
     def __post_init__(self):
         for f in fields(self):
@@ -316,13 +316,16 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays,
                 options=options)
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
-    _check_heldout(options, workload)
+    _check_against_workload(options, workload)
     _check_other_delays(spec)
     return spec, workload
 
 
-def _check_heldout(options: RunOptions, workload) -> None:
-    """``target_accuracy`` and ``eval_every`` need held-out samples: say so rather than never report them."""
+def _check_against_workload(options: RunOptions, workload) -> None:
+    """``target_loss`` needs a workload, ``target_accuracy`` and ``eval_every`` held-out samples: say so rather than
+    fail at the first run or never report them."""
+    if options.target_loss is not None and workload is None:
+        raise ConfigError("[run] target_loss needs a [workload] (a timing-only run has no loss)")
     asked = [k for k in ("target_accuracy", "eval_every") if getattr(options, k) is not None]
     if asked and getattr(workload, "X_test", None) is None:
         raise ConfigError(f"[run] {', '.join(asked)}: the workload holds out no samples; set [workload] "
@@ -358,15 +361,16 @@ def _check_other_delays(spec: Spec) -> None:
 
 
 def _check_seeds(run: dict) -> None:
-    """``[run] seeds``, a comparison's: the runs' own ``seed`` is a :class:`RunOptions` field."""
-    if "seeds" in run:
-        seeds = run["seeds"]
-        if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
-            raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
-        if "seed" in run:   # one of them would be ignored
-            raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
-                              f"got seed = {run['seed']!r} and seeds = {seeds!r}")
+    """A comparison's ``[run] seeds`` (each of its runs has one ``seed``, a :class:`RunOptions` field)."""
+    if "seeds" not in run:
+        return
+    seeds = run["seeds"]
+    if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+    if "seed" in run:   # one of them would be ignored
+        raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
+                          f"got seed = {run['seed']!r} and seeds = {seeds!r}")
 
 
 def _scheme_names() -> list[str]:
