@@ -54,12 +54,8 @@ else:  # pragma: no cover
 
 TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
 
-# What a worker still busy with an older plan does when a newer one is issued (docs/design.md#chunked-workers):
-# ``finish`` completes the work in hand; ``abandon`` drops it at once (a chunked plan: after the chunk in progress);
-# ``between_chunks`` drops it where a real worker can look up from its work: between two chunks of a chunked plan,
-# while an unchunked plan is one piece of work, finished.
+# what a worker still busy with an older plan does when a newer one is issued (gradcode.clusters.sim says how)
 LATE_WORKERS = ("finish", "abandon", "between_chunks")
-INJECT_MODES = ("wait", "add")   # how an MPI worker injects its emulated delay ([run] inject)
 
 
 def _option(default, meaning: str, check: Callable[[str, Any], Any], table: str = "run"):
@@ -106,18 +102,14 @@ class RunOptions:
     seed: int = _option(0, "seed of the delays, the data and the codes (int >= 0)", _int(0))
     lr: float | None = _option(None, "step size (default: the workload's)", _float(0.0))
     target_loss: float | None = _option(None, "stop when the loss reaches this", _float())
-    time_budget: float | None = _option(None, "stop when this much (virtual) time is spent",
-                                        _float(0.0, low_open=True))
+    time_budget: float | None = _option(None, "stop when this much (virtual) time is spent", _float(0.0, low_open=True))
     loss_every: int = _option(1, "evaluate the full loss every this many iterations", _int(1))
     late_workers: str = _option("finish", "'finish', 'abandon' or 'between_chunks'", _one_of(LATE_WORKERS),
                                 table="cluster")
-    optimizer: str = _option("sgd", "the update: 'sgd' (default), 'momentum' or 'nesterov' (gradcode.optim)",
-                             _one_of(tuple(OPTIMIZERS)))
+    optimizer: str = _option("sgd", "the update: 'sgd' (default), 'momentum' or 'nesterov'", _one_of(tuple(OPTIMIZERS)))
     momentum: float = _option(0.9, "momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", _momentum)
-    eval_every: int | None = _option(None, "held-out metrics every this many iterations and the last "
-                                           "(default: loss_every)", _int(1))
-    target_accuracy: float | None = _option(None, "report the time to this held-out accuracy "
-                                                  "(time_to_target_accuracy)", _float(0.0))
+    eval_every: int | None = _option(None, "held-out metrics every this many iterations (default: loss_every)", _int(1))
+    target_accuracy: float | None = _option(None, "report the time to this held-out accuracy", _float(0.0))
     batch: int | None = _option(None, "samples per partition mini-batch (default: whole partition)", _int(1))
     time_scale: float = _option(0.01, "MPI: wall-clock seconds per unit of model time", _float(0.0, low_open=True))
     grace: float = _option(10.0, "MPI: seconds to wait for an answer (a worker, the master, a collective) before "
@@ -125,8 +117,7 @@ class RunOptions:
     startup_timeout: float = _option(60.0, "MPI: seconds each start-up step may take (imports, building, set-up) "
                                            "before naming a rank", _float(0.0, low_open=True))
     inject: str = _option("wait", "MPI: 'wait' (default: wait out the emulated delay from the iteration's start) "
-                                  "or 'add' (sleep it after the real compute)",
-                          _one_of(INJECT_MODES))
+                                  "or 'add' (sleep it after the real compute)", _one_of(("wait", "add")))
 
     def __post_init__(self):
         for f in fields(self):
@@ -242,11 +233,10 @@ def with_run_overrides(raw: dict[str, Any], iterations: int | None = None, seeds
     run = dict(_table(raw, "run"))
     if iterations is not None:
         run["iterations"] = iterations
-    for key, value in (("seeds", seeds), ("seed", seed)):
-        if value is not None:
-            run.pop("seed", None)
-            run.pop("seeds", None)
-            run[key] = list(value) if key == "seeds" else value
+    if seeds is not None or seed is not None:
+        run.pop("seed", None)
+        run.pop("seeds", None)
+        run.update({"seeds": list(seeds)} if seeds is not None else {"seed": seed})
     return {**raw, "run": run}
 
 

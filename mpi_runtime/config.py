@@ -1,12 +1,10 @@
 """Everything a rank needs from the spec, validated before launch (this module never imports mpi4py).
 
-:func:`load_run` reads the spec with :func:`gradcode.spec.load_spec`, which validates every table and the run
-options (:class:`gradcode.spec.RunOptions`: ``late_workers``, and the MPI cluster's own ``[run] time_scale``,
-wall-clock seconds per model time unit, ``grace``, seconds any wait may last without an answer before the job fails
-naming the rank it waits for, ``startup_timeout``, seconds the ranks may take to start, and ``inject``), and adds
-the checks only the MPI cluster needs: a workload (MPI ranks exchange real gradients) and one seed. ``gradcode run``
-calls it before launching ``mpiexec``, and every rank calls it again inside the job: construction is deterministic,
-so every rank builds the same scheme, delay model and workload. The workload that validation built is kept for
+:func:`load_run` reads the spec with :func:`gradcode.spec.load_spec`, which validates every table and the run options
+(MPI's own among them: ``time_scale``, ``grace``, ``startup_timeout``, ``inject``), and adds the checks only the MPI
+cluster needs: a workload (MPI ranks exchange real gradients) and one seed. ``gradcode run`` calls it before
+launching ``mpiexec``, and every rank calls it again inside the job: construction is deterministic, so every rank
+builds the same scheme, delay model and workload. The workload that validation built is kept for
 :meth:`RunConfig.build` (a large one takes seconds to build: each rank builds it once).
 """
 

@@ -108,17 +108,17 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
     if options.target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
-    iterations, seed, late, budget = options.iterations, options.seed, options.late_workers, options.time_budget
+    iterations, seed = options.iterations, options.seed
     scheme.bind(delay=delay)
     scheme.reset()
     check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap
-    if _vectorizable(scheme, workload, late, budget):
+    if _vectorizable(scheme, workload, options):
         records = _vectorized_timing(scheme, delay, iterations, seed)
         if on_record is not None:
             for rec in records:
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
-    if _finish_vectorizable(scheme, workload, late, budget):
+    if _finish_vectorizable(scheme, workload, options):
         records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations))
         return SimResult(records, summarize(records), params=None)
     cluster = SimulatedCluster(scheme, delay, workload, options, on_record=on_record, progress=progress)
@@ -144,12 +144,12 @@ def _progress(enabled: bool, total: int):
     return progress_bar(total, unit="it", leave=False)
 
 
-def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
+def _vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
+    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
         return False
     plan = scheme.plan(0)
-    if plan.chunked or late_rule(late_workers, plan) != "abandon":
+    if plan.chunked or late_rule(options.late_workers, plan) != "abandon":
         return False
     # an exact code's stop depends on who arrived, not on when: stop_counts finds it per iteration
     return (scheme.stop_count() is not None or scheme.exact) and not math.isfinite(plan.deadline)
@@ -171,14 +171,14 @@ def stop_counts(scheme: Scheme, plan: Plan, order: np.ndarray, response: np.ndar
     return counts
 
 
-def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
+def _finish_vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, late workers finish, one message per plan: the delays are drawn ahead, a block of iterations at
     a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load); the
     iterations themselves stay one after the other (a late worker begins when it is free)."""
-    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
+    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
         return False
     plan = scheme.plan(0)
-    return not plan.chunked and late_rule(late_workers, plan) == "finish"
+    return not plan.chunked and late_rule(options.late_workers, plan) == "finish"
 
 
 # draws per vectorised block: 4 MB an array (52 rows at n = 10,000). At 256 rows (20 MB an array) a fresh process
