@@ -375,8 +375,8 @@ class Driver:
     :meth:`finished` and :meth:`summary_extras`.
 
     ``options`` are the run's (:class:`gradcode.spec.RunOptions`, the same object on both clusters); ``w`` is the
-    model (``None`` for a timing-only run); ``recording`` is False in a process that takes part but
-    keeps no records (an All-Reduce peer other than rank 0): it updates its model but evaluates nothing.
+    model (``None`` for a timing-only run); ``recording`` is False in a process that takes part but keeps no records
+    (an All-Reduce peer other than rank 0): it updates its model but evaluates nothing.
     """
 
     recording = True

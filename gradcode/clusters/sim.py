@@ -104,7 +104,7 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
     delay.check_workers(scheme.n)
     workload = None if workload is None else make_workload(workload)
     if options.lr is None and workload is not None:   # the workload's own step size (a given lr was checked)
-        check_float("lr", workload.lr, low=0.0)
+        check_float("the workload's lr", workload.lr, low=0.0)
     if options.target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
