@@ -36,6 +36,7 @@ _LAZY = {
     "Workload": "workloads", "list_workloads": "workloads", "make_workload": "workloads",
     "describe": "plumbing.registry",
     "SimResult": "clusters.sim", "SimulationError": "clusters.sim", "simulate": "clusters.sim",
+    "RunOptions": "spec",
 }
 
 
@@ -60,6 +61,7 @@ __all__ = [
     "GradcodeError",
     "IllConditionedError",
     "NotDecodableError",
+    "RunOptions",
     "Scheme",
     "SimResult",
     "SimulationError",

@@ -166,33 +166,27 @@ def _simulate(args) -> int:
     from .clusters.sim import check_simulable, simulate
     from .errors import ConfigError
     from .plumbing.outdir import FolderLock, writable_folder
-    from .spec import build, load_spec, run_kwargs, training_kwargs
+    from .spec import build, load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, {"iterations": args.iterations, "seed": args.seed})   # --seed replaces [run] seeds
     if args.workers is not None:
         spec.workers = args.workers
         spec.cluster["workers"] = args.workers
     if "seeds" in spec.run:      # a comparison's seeds: simulate runs one of them, never silently another
-        if args.seed is None:
-            raise ConfigError(f"[run] seeds = {spec.run['seeds']!r}: `gradcode simulate` runs one seed; give --seed "
-                              "(one of them), or run them all with `gradcode compare`")
-        del spec.run["seeds"]
-    for key in ("iterations", "seed"):
-        if getattr(args, key) is not None:
-            spec.run[key] = getattr(args, key)
+        raise ConfigError(f"[run] seeds = {spec.run['seeds']!r}: `gradcode simulate` runs one seed; give --seed "
+                          "(one of them), or run them all with `gradcode compare`")
     if not 0 <= args.scheme < len(spec.schemes):
         raise_index = f"--scheme {args.scheme}: the spec has {len(spec.schemes)} scheme(s), 0..{len(spec.schemes) - 1}"
         print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
         return 2
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
     check_simulable(delay)     # natural timing is MPI-only: refused before the output folder is made
-    kwargs = {**run_kwargs(spec), **training_kwargs(spec)}
     out = writable_folder(args.out)     # checked before the simulation, not after it
     with FolderLock(out):
         (out / "spec.json").write_text(json.dumps(spec.raw, indent=2) + "\n")
         # records reach the disk as they are made: Ctrl-C keeps the finished iterations
         with RecordWriter(out / "records.jsonl") as writer:
-            result = simulate(schemes[0], delay, workload, progress=True, on_record=writer.write, **kwargs)
+            result = simulate(schemes[0], delay, workload, spec.options, progress=True, on_record=writer.write)
         write_summary(out, result.summary)
     _print_summary(result.summary)
     print(f"\nwrote {Path(out) / 'records.jsonl'} and {Path(out) / 'summary.json'}")

@@ -23,7 +23,8 @@
 
 A comparison (``gradcode compare``) may sweep delay models with several ``[[delays]]`` tables instead of ``[delay]``,
 each with a ``label``; ``[cluster] kind`` is ``"sim"``, ``"mpi"`` or ``"both"``; any scheme or delay table may carry a
-``label`` (used in reports, never passed to the factory).
+``label`` (used in reports, never passed to the factory). The ``[run]`` table and ``[cluster] late_workers`` are the
+run's :class:`RunOptions`, one object that either cluster runs with.
 
 Inside each table ``name`` selects the factory entry (``make_workload``, ``make_delay``, ``make_scheme``) and the
 other keys are its parameters, so anything the Python API accepts a spec accepts too (``gradcode describe NAME``
@@ -38,11 +39,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, check_int
+from .errors import ConfigError, check_float, check_int
+from .optim import OPTIMIZERS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,35 +53,113 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
-# every [run] key: (what it means, its number rule (kind, lower bound, bound open?) checked at load, or None)
-_RUN = {
-    "iterations": ("number of iterations (int >= 1)", ("int", 1, False)),
-    "seed": ("seed of the delays, the data and the codes (int >= 0)", ("int", 0, False)),
-    "seeds": ("a list of seeds (comparisons)", None),
-    "lr": ("step size (default: the workload's)", ("float", 0.0, False)),
-    "target_loss": ("stop when the loss reaches this", ("float", None, False)),
-    "time_budget": ("stop when this much (virtual) time is spent", ("float", 0.0, True)),
-    "loss_every": ("evaluate the full loss every this many iterations", ("int", 1, False)),
-    "time_scale": ("MPI: wall-clock seconds per unit of model time", ("float", 0.0, True)),
-    "grace": ("MPI: seconds to wait for an answer (a worker, the master, a collective) before naming the rank",
-              ("float", 0.0, True)),
-    "startup_timeout": ("MPI: seconds each start-up step may take (imports, building, set-up) before naming a rank",
-                        ("float", 0.0, True)),
-    "inject": ("MPI: 'wait' (default: wait out the emulated delay from the iteration's start) or 'add' (sleep it "
-               "after the real compute)", None),
-    "batch": ("samples per partition mini-batch (default: whole partition)", ("int", 1, False)),
-    "optimizer": ("the update: 'sgd' (default), 'momentum' or 'nesterov' (gradcode.optim)", None),
-    "momentum": ("momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", ("float", 0.0, False)),
-    "eval_every": ("held-out metrics every this many iterations and the last (default: loss_every)",
-                   ("int", 1, False)),
-    "target_accuracy": ("report the time to this held-out accuracy (time_to_target_accuracy)",
-                        ("float", 0.0, False)),
-}
-INJECT_MODES = ("wait", "add")   # how an MPI worker injects its emulated delay ([run] inject)
-TRAINING_KEYS = ("optimizer", "momentum", "eval_every", "target_accuracy")   # passed on to the cluster's Driver
-RUN_KEYS = {key: meaning for key, (meaning, _) in _RUN.items()}
-RUN_NUMBERS = {key: rule for key, (_, rule) in _RUN.items() if rule is not None}
-CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", "late_workers": "'finish', 'abandon' or 'between_chunks'",
+
+# what a worker still busy with an older plan does when a newer one is issued (gradcode.clusters.sim says how)
+LATE_WORKERS = ("finish", "abandon", "between_chunks")
+
+
+def _option(default, meaning: str, check: Callable[[str, Any], Any], table: str = "run"):
+    """A field of :class:`RunOptions`: its default, what it means (listed when a spec has an unknown key), its check
+    (``check(key, value)`` returns the value kept, or raises :class:`ConfigError`) and the spec table it is in."""
+    return field(default=default, metadata={"meaning": meaning, "check": check, "table": table})
+
+
+def _int(low: int):
+    return lambda key, value: check_int(key, value, low=low)
+
+
+def _float(low: float | None = None, *, low_open: bool = False):
+    return lambda key, value: check_float(key, value, low=low, low_open=low_open)
+
+
+def _one_of(accepted: tuple[str, ...]):
+    def check(key: str, value):
+        if not isinstance(value, str) or value not in accepted:
+            raise ConfigError(f"{key} = {value!r}: accepted: {', '.join(map(repr, accepted))}")
+        return value
+    return check
+
+
+def _momentum(key: str, value) -> float:
+    value = check_float(key, value, low=0.0)
+    if value >= 1.0:
+        raise ConfigError(f"{key} must be in [0, 1), got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run goes, on either cluster: a spec's ``[run]`` table and ``[cluster] late_workers``, or the keywords
+    of :func:`gradcode.simulate`. Every value is checked when the object is made (a spec's when it is loaded), so
+    a run never starts with a bad one. The simulator carries the MPI-only options unused, so one object describes
+    the run on both clusters.
+
+    An option left at ``None`` takes the cluster's default: the workload's step size (``lr``), ``loss_every``
+    (``eval_every``), the scheme's own mini-batch (``batch``), no stop but ``iterations`` (the targets, the budget).
+    """
+
+    iterations: int = _option(100, "number of iterations (int >= 1)", _int(1))
+    seed: int = _option(0, "seed of the delays, the data and the codes (int >= 0)", _int(0))
+    lr: float | None = _option(None, "step size (default: the workload's)", _float(0.0))
+    target_loss: float | None = _option(None, "stop when the loss reaches this", _float())
+    time_budget: float | None = _option(None, "stop when this much (virtual) time is spent", _float(0.0, low_open=True))
+    loss_every: int = _option(1, "evaluate the full loss every this many iterations", _int(1))
+    late_workers: str = _option("finish", "'finish', 'abandon' or 'between_chunks'", _one_of(LATE_WORKERS),
+                                table="cluster")
+    optimizer: str = _option("sgd", "the update: 'sgd' (default), 'momentum' or 'nesterov'", _one_of(tuple(OPTIMIZERS)))
+    momentum: float = _option(0.9, "momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", _momentum)
+    eval_every: int | None = _option(None, "held-out metrics every this many iterations (default: loss_every)", _int(1))
+    target_accuracy: float | None = _option(None, "report the time to this held-out accuracy", _float(0.0))
+    batch: int | None = _option(None, "samples per partition mini-batch (default: whole partition)", _int(1))
+    time_scale: float = _option(0.01, "MPI: wall-clock seconds per unit of model time", _float(0.0, low_open=True))
+    grace: float = _option(10.0, "MPI: seconds to wait for an answer (a worker, the master, a collective) before "
+                                 "naming the rank", _float(0.0, low_open=True))
+    startup_timeout: float = _option(60.0, "MPI: seconds each start-up step may take (imports, building, set-up) "
+                                           "before naming a rank", _float(0.0, low_open=True))
+    inject: str = _option("wait", "MPI: 'wait' (default: wait out the emulated delay from the iteration's start) "
+                                  "or 'add' (sleep it after the real compute)", _one_of(("wait", "add")))
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not (value is None and f.default is None):    # None: unset, the cluster's default
+                object.__setattr__(self, f.name, f.metadata["check"](f.name, value))
+
+    @classmethod
+    def of(cls, options: RunOptions | None = None, **changes) -> RunOptions:
+        """``options`` (default: every default) with ``changes``: the keyword form of :func:`gradcode.simulate`.
+        An unknown name is a :class:`ConfigError` that lists the accepted ones."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown run option(s) {', '.join(unknown)}; accepted: {', '.join(names)}")
+        if options is None:
+            return cls(**changes)
+        if not isinstance(options, cls):
+            raise ConfigError(f"options must be a RunOptions, got {type(options).__name__}")
+        return replace(options, **changes) if changes else options
+
+    @classmethod
+    def from_spec(cls, run: dict[str, Any], cluster: dict[str, Any]) -> RunOptions:
+        """The options a spec's ``[run]`` and ``[cluster]`` tables set; an error names the table and the key."""
+        values = {}
+        for f in fields(cls):
+            table = f.metadata["table"]
+            given = cluster if table == "cluster" else run
+            if f.name in given:   # checked here to name the table (the constructor's check then passes it as is)
+                try:
+                    values[f.name] = f.metadata["check"](f.name, given[f.name])
+                except ConfigError as err:
+                    raise ConfigError(f"[{table}] {err}") from None
+        return cls(**values)
+
+
+def _option_keys(table: str) -> dict[str, str]:
+    return {f.name: f.metadata["meaning"] for f in fields(RunOptions) if f.metadata["table"] == table}
+
+
+RUN_KEYS = {**_option_keys("run"), "seeds": "a list of seeds (comparisons)"}
+CLUSTER_KEYS = {"workers": "number of workers n (int >= 1)", **_option_keys("cluster"),
                 "kind": "'sim', 'mpi' or 'both'"}
 CLUSTER_KINDS = ("sim", "mpi", "both")
 EXPERIMENT_KEYS = {"name": "a short name of the experiment", "description": "free text"}
@@ -96,6 +177,7 @@ class Spec:
     cluster: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
     delays: list[dict[str, Any]] = field(default_factory=list)   # every delay model, ``label`` included
+    options: RunOptions = field(default_factory=RunOptions)      # [run] and [cluster] late_workers, checked
 
 
 def load_spec(source: str | Path | dict, overrides: dict[str, Any] | None = None) -> Spec:
@@ -137,22 +219,24 @@ def drop_none(raw):
     return raw
 
 
-def with_run_overrides(raw: dict[str, Any], iterations: int | None = None,
-                       seeds: list[int] | None = None) -> dict[str, Any]:
-    """``raw`` with the command line's ``--iterations`` and ``--seeds`` in its ``[run]`` table (``None``: keep the
-    spec's). ``seeds`` replaces both ``seed`` and ``seeds``; the values are checked with the rest of ``[run]``.
+def with_run_overrides(raw: dict[str, Any], iterations: int | None = None, seeds: list[int] | None = None,
+                       seed: int | None = None) -> dict[str, Any]:
+    """``raw`` with the command line's ``--iterations`` and ``--seeds`` (or ``--seed``) in its ``[run]`` table
+    (``None``: keep the spec's). ``seeds`` or ``seed`` replaces both ``seed`` and ``seeds``; the values are checked
+    with the rest of ``[run]``.
 
     >>> with_run_overrides({"run": {"iterations": 100, "seed": 3}}, iterations=5, seeds=[0, 1])["run"]
     {'iterations': 5, 'seeds': [0, 1]}
     """
-    if iterations is None and seeds is None:
+    if iterations is None and seeds is None and seed is None:
         return raw
     run = dict(_table(raw, "run"))
     if iterations is not None:
         run["iterations"] = iterations
-    if seeds is not None:
+    if seeds is not None or seed is not None:
         run.pop("seed", None)
-        run["seeds"] = list(seeds)
+        run.pop("seeds", None)
+        run.update({"seeds": list(seeds)} if seeds is not None else {"seed": seed})
     return {**raw, "run": run}
 
 
@@ -202,7 +286,8 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                               f"{experiment[key]!r}")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
-    check_run(run)
+    options = RunOptions.from_spec(run, cluster)
+    _check_seeds(run)
     if "scheme" in raw and "schemes" in raw:
         raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
     if "scheme" in raw:
@@ -218,16 +303,20 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                           + ", ".join(_scheme_names()))
     delays = _delays(raw)
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
-                delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays)
+                delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays,
+                options=options)
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
-    _check_heldout(spec.run, workload)
+    _check_against_workload(options, workload)
     _check_other_delays(spec)
     return spec, workload
 
 
-def _check_heldout(run: dict, workload) -> None:
-    """``target_accuracy`` and ``eval_every`` need held-out samples: say so rather than never report them."""
-    asked = [k for k in ("target_accuracy", "eval_every") if k in run]
+def _check_against_workload(options: RunOptions, workload) -> None:
+    """``target_loss`` needs a workload, ``target_accuracy`` and ``eval_every`` held-out samples: say so rather than
+    fail at the first run or never report them."""
+    if options.target_loss is not None and workload is None:
+        raise ConfigError("[run] target_loss needs a [workload] (a timing-only run has no loss)")
+    asked = [k for k in ("target_accuracy", "eval_every") if getattr(options, k) is not None]
     if asked and getattr(workload, "X_test", None) is None:
         raise ConfigError(f"[run] {', '.join(asked)}: the workload holds out no samples; set [workload] "
                           "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
@@ -261,37 +350,17 @@ def _check_other_delays(spec: Spec) -> None:
             raise ConfigError(f"[[delays]] {idx}: {err}") from None
 
 
-def check_run(run: dict) -> None:
-    """Every [run] key's type and range (``docs``: :data:`RUN_KEYS`), so that nothing fails mid-run."""
-    from .errors import check_float, check_seed
-
-    try:
-        for key, (kind, low, low_open) in RUN_NUMBERS.items():
-            if key not in run:
-                continue
-            if key == "seed":
-                check_seed(run[key])
-            elif kind == "int":
-                check_int(key, run[key], low=low)
-            else:
-                check_float(key, run[key], low=low, low_open=low_open)
-        if "optimizer" in run or "momentum" in run:
-            from .optim import Optimizer
-
-            Optimizer(run.get("optimizer", "sgd"), run.get("momentum", 0.9))
-    except ConfigError as err:
-        raise ConfigError(f"[run] {err}") from None
-    if run.get("inject", "wait") not in INJECT_MODES:
-        raise ConfigError(f"[run] inject = {run['inject']!r}: accepted: {', '.join(map(repr, INJECT_MODES))} "
-                          "(wait out the emulated delay from the iteration's start, or add it after the real compute)")
-    if "seeds" in run:
-        seeds = run["seeds"]
-        if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
-                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
-            raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
-        if "seed" in run:   # one of them would be ignored
-            raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
-                              f"got seed = {run['seed']!r} and seeds = {seeds!r}")
+def _check_seeds(run: dict) -> None:
+    """A comparison's ``[run] seeds`` (each of its runs has one ``seed``, a :class:`RunOptions` field)."""
+    if "seeds" not in run:
+        return
+    seeds = run["seeds"]
+    if (not isinstance(seeds, list) or not seeds or len(set(map(repr, seeds))) != len(seeds)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        raise ConfigError(f"[run] seeds must be a non-empty list of distinct integers >= 0, got {seeds!r}")
+    if "seed" in run:   # one of them would be ignored
+        raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
+                          f"got seed = {run['seed']!r} and seeds = {seeds!r}")
 
 
 def _scheme_names() -> list[str]:
@@ -346,7 +415,7 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
         except ConfigError as err:
             raise ConfigError(f"[workload] {err}") from None
     schemes = []
-    batch = spec.run.get("batch")
+    batch = spec.options.batch
     for idx, table in enumerate(spec.schemes):
         if scheme_index is not None and idx != scheme_index:
             continue
@@ -393,18 +462,3 @@ def _takes_run_batch(cls) -> bool:
     from .plumbing.params import accepted_params
 
     return "batch" in accepted_params(cls)
-
-
-def training_kwargs(spec: Spec) -> dict[str, Any]:
-    """The [run] keys of the optimizer and of the held-out evaluation that a spec sets (:data:`TRAINING_KEYS`):
-    keyword arguments of :class:`gradcode.clusters.driver.Driver`, which both clusters run."""
-    return {k: spec.run[k] for k in TRAINING_KEYS if k in spec.run}
-
-
-def run_kwargs(spec: Spec) -> dict[str, Any]:
-    """The keyword arguments of :func:`gradcode.simulate` that a spec sets."""
-    keys = ("iterations", "seed", "lr", "target_loss", "time_budget", "loss_every")
-    kwargs = {k: spec.run[k] for k in keys if k in spec.run}
-    if "late_workers" in spec.cluster:
-        kwargs["late_workers"] = spec.cluster["late_workers"]
-    return kwargs

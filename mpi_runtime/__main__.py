@@ -31,9 +31,10 @@ from mpi4py import MPI
 from gradcode.clusters.records import write_summary
 from gradcode.errors import ConfigError
 from gradcode.plumbing.children import die_with_grandparent, die_with_parent
+from gradcode.spec import RunOptions
 
 from . import protocol as P
-from .config import DEFAULT_GRACE, STARTED, load_run
+from .config import STARTED, load_run
 from .faults import Faults, check_hooks
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure, precise_sleep
@@ -72,7 +73,7 @@ class _Job:
 
     @property
     def grace(self) -> float:
-        return DEFAULT_GRACE if self.cfg is None else self.cfg.grace
+        return RunOptions().grace if self.cfg is None else self.cfg.options.grace
 
 
 def run(argv: list[str] | None, job: _Job) -> bool:
@@ -85,14 +86,14 @@ def run(argv: list[str] | None, job: _Job) -> bool:
     if world.Get_size() != cfg.workers + 1:
         raise ConfigError(f"the spec has {cfg.workers} workers, so the job needs {cfg.workers + 1} ranks "
                           f"(a master and the workers); it was launched with {world.Get_size()}")
-    check_hooks(world.Get_size(), cfg.iterations)
+    check_hooks(world.Get_size(), cfg.options.iterations)
     scheme, delay, workload = cfg.build()
     faults = Faults(world.Get_rank())
     faults.maybe_crash("start")
-    job.peers.checkpoint("start-up", cfg.startup_timeout)   # names the ranks that did not start
+    job.peers.checkpoint("start-up", cfg.options.startup_timeout)   # names the ranks that did not start
     if world.Get_rank() == 0:
         print(STARTED, flush=True)     # the launcher's start-up watchdog (launch.py) waits for this line
-    comm = P.dup(world, cfg.startup_timeout, job.peers.check)   # our own communicator: nothing else matches our tags
+    comm = P.dup(world, cfg.options.startup_timeout, job.peers.check)   # our own communicator: no other tags
     precise_sleep()         # every rank emulates times and polls with time.sleep
     if scheme.decentralized:
         from .allreduce import Decentralized

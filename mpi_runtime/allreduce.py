@@ -56,18 +56,19 @@ INFO = 7   # kept, compute time (model units), overrun, non-finite, wall time wh
 class Decentralized(Driver):
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, out: Path | None, peers: Peers,
                  faults: Faults):
-        super().__init__(scheme, workload, **cfg.run_kwargs())
+        super().__init__(scheme, workload, cfg.options)
         self.comm, self.cfg, self.delay = comm, cfg, delay
         self.peers, self.faults = peers, faults
         self.rank = comm.Get_rank()
         self.recording = self.rank == 0
         self.i = self.rank - 1
-        self.scale = cfg.time_scale
+        self.scale = cfg.options.time_scale
         self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (clusters/records.py)
         self.d = workload.dim
         # the step's collectives, through shared memory on one node (exchange.py); collective to set up
         self.exchange = open_exchange(comm, self.d + 1, INFO,
-                                      lambda: peers.checkpoint("shared memory", cfg.startup_timeout), peers.local)
+                                      lambda: peers.checkpoint("shared memory", cfg.options.startup_timeout),
+                                      peers.local)
         ex = self.exchange
         self.send, self.row, self.rows = ex.send, ex.row, ex.rows    # filled / read in place; the sum: ex.total
         self.out = out
@@ -81,7 +82,7 @@ class Decentralized(Driver):
         if self.recording:
             self.out.mkdir(parents=True, exist_ok=True)
         self.faults.maybe_crash("warmup")
-        self.peers.checkpoint("clock start", self.cfg.startup_timeout)
+        self.peers.checkpoint("clock start", self.options.startup_timeout)
         if self.recording:
             self.writer = RecordWriter(self.out / "records.jsonl")
         self.t0 = time.perf_counter()
@@ -93,7 +94,7 @@ class Decentralized(Driver):
             if self.writer is not None:
                 self.writer.close()
         self._write_summary(None)
-        self.peers.checkpoint("shutdown", self.cfg.grace)
+        self.peers.checkpoint("shutdown", self.options.grace)
         self.exchange.close()      # collective: every rank got here
         return False
 
@@ -133,7 +134,7 @@ class Decentralized(Driver):
         self.faults.maybe_crash(t)
         try:
             # the simulator's verdict, reached by every rank from the same draws: fail now rather than hang
-            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.cfg.seed, t, plan)
+            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.options.seed, t, plan)
         except SimulationError as err:
             raise RunFailure(f"step {t}: {err} (infinite delay)") from None
         self.send[:] = 0.0
@@ -159,7 +160,7 @@ class Decentralized(Driver):
         more. Rank 0 then pings the others and names those that do not answer (a rank answers while it waits in
         the collective, see :meth:`Peers.check`); the other ranks wait longer, so that rank 0's naming comes first,
         then name rank 0. A rank that died on this host is named at once."""
-        grace = self.cfg.grace
+        grace = self.options.grace
         limit = max(self.due - time.time(), 0.0) + grace + (0 if self.rank == 0 else 2 * grace + 1)
         try:
             P.wait_for(done, timeout=limit, watch=self.peers.check, idle=idle)
@@ -188,13 +189,13 @@ class Decentralized(Driver):
             tick = time.time()
             g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.n_parts, plan.batch)[0]
             real += time.time() - tick
-            if self.cfg.inject == "add":
+            if self.options.inject == "add":
                 begin = self.step_begin + real
             until = begin + schedule.chunk_end[i, m] * self.scale
             emulated = schedule.chunk_end[i, m] - (schedule.chunk_end[i, m - 1] if m else 0.0)
             # a chunk of (next to) zero emulated time has nothing to overrun (below the runtime's resolution, as for
             # the overhead ratio), nor has an added delay
-            overrun |= emulated * self.scale >= P.RESOLUTION and self.cfg.inject != "add" and time.time() > until
+            overrun |= emulated * self.scale >= P.RESOLUTION and self.options.inject != "add" and time.time() > until
             P.sleep_until(until)
             if m < schedule.kept[i]:
                 self.send[:self.d] += g

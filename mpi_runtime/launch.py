@@ -207,11 +207,11 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     :mod:`gradcode.plumbing.children`); its exit code."""
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
-    check_hooks(cfg.workers + 1, cfg.iterations)      # the test hooks in the environment, before the job
+    check_hooks(cfg.workers + 1, cfg.options.iterations)      # the test hooks in the environment, before the job
     scheme_, _, workload = cfg.build()
     check_partitions(scheme_, workload)
     if hostfile is None:     # one host: all n + 1 ranks here (with a hostfile the estimate says nothing per host)
-        check_mpi_memory(scheme_, workload, cfg.iterations)
+        check_mpi_memory(scheme_, workload, cfg.options.iterations)
     with FolderLock(writable_folder(out)) as lock:
         code = _launch(spec, out, cfg, lock, scheme=scheme, overrides=overrides, hostfile=hostfile,
                        mpiexec=mpiexec, timeout=timeout, echo=echo)
@@ -333,4 +333,4 @@ STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the
 def startup_bound(cfg) -> float:
     """Seconds from launch until rank 0 must have said every rank started: each rank's own start (imports, MPI_Init,
     building: ``startup_timeout``), then rank 0's wait for the slowest (``startup_timeout`` again), plus slack."""
-    return 2 * cfg.startup_timeout + STARTUP_SLACK
+    return 2 * cfg.options.startup_timeout + STARTUP_SLACK

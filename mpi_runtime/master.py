@@ -82,14 +82,14 @@ from .protocol import RunFailure
 class Master(Driver):
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, out: Path,
                  peers: Peers, faults: Faults):
-        super().__init__(scheme, workload, **cfg.run_kwargs())
+        super().__init__(scheme, workload, cfg.options)
         self.comm, self.cfg, self.delay = comm, cfg, delay
         self.peers, self.faults = peers, faults
         self.capacity = capacity
-        self.scale = cfg.time_scale
+        self.scale = cfg.options.time_scale
         self.resolution = P.RESOLUTION / self.scale   # no overhead ratio over ideal times below (clusters/records.py)
         d = workload.dim
-        self.late = cfg.late_workers
+        self.late = cfg.options.late_workers
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
         self.length, self.is_complex, self.streaming, self.shared = P.open_payloads(comm, cfg, scheme, d, peers)
         self.slots = P.ModelSlots(self.shared)
@@ -136,7 +136,7 @@ class Master(Driver):
         self.out.mkdir(parents=True, exist_ok=True)
         self.faults.maybe_crash("warmup")
         # until the clock starts, waits are bounded by startup_timeout (a loaded machine is slow to set up)
-        setup = self.cfg.startup_timeout
+        setup = self.options.startup_timeout
         self.peers.checkpoint("warm-up", setup)     # names a missing worker; the warm-up's Idup cannot
         P.warm_up(self.comm, [(buf, i + 1) for i, buf in enumerate(self.send_bufs)],
                   [(buf, i + 1) for i, buf in enumerate(self.recv_bufs)], setup, self.peers.check)
@@ -150,13 +150,13 @@ class Master(Driver):
             self.writer.close()
         unresponsive = self.shutdown()
         if self.shared and not unresponsive:
-            self.peers.checkpoint("shutdown", self.cfg.grace)
+            self.peers.checkpoint("shutdown", self.options.grace)
             self.shared.close()     # collective: every worker has acknowledged the STOP and met the checkpoint
         self._write_summary(unresponsive, None)
         if unresponsive:
             ranks = [i + 1 for i in unresponsive]
             self.log(f"workers {unresponsive} (ranks {ranks}) did not answer within the grace period of "
-                     f"{self.cfg.grace:g} s{self.peers.states(ranks)}: aborting them (records and summary are "
+                     f"{self.options.grace:g} s{self.peers.states(ranks)}: aborting them (records and summary are "
                      "written)")
             time.sleep(0.3)    # let the launcher forward the message before MPI_Abort
         return bool(unresponsive)
@@ -188,7 +188,7 @@ class Master(Driver):
         self._ring(idle)        # after every plan is out: a woken worker may take the CPU from the master
         send_s = time.perf_counter() - tick
         # while the workers compute, off the critical path: their emulated times, and the ideal
-        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        compute, comm_time = self.delay.sample(self.options.seed, t, self.n, plan.load)
         self.emulated = compute[0] + comm_time[0]     # each worker's response time this iteration (model units)
         self.expected_free[idle] = self.stamp + self.emulated[idle] * self.scale
         ideal = self._ideal(t, plan, start, free, compute[0], comm_time[0])
@@ -253,7 +253,7 @@ class Master(Driver):
             sent.append(int(i))
         self._ring(sent)        # after every plan is out (see _gather)
         send_s = time.perf_counter() - tick
-        compute, comm_time = self.delay.sample(self.cfg.seed, t, self.n, plan.load)
+        compute, comm_time = self.delay.sample(self.options.seed, t, self.n, plan.load)
         self.emulated = compute[0] + comm_time[0]
         begin = np.maximum(start, free) if late == "finish" or plan.chunked else np.full(self.n, start)
         try:
@@ -337,9 +337,9 @@ class Master(Driver):
             if not (self.busy >= 0).any():
                 raise RunFailure(self._unmet(t, [i for i, _ in received],
                                              "every worker has answered and none is computing"))
-            if time.perf_counter() - last > self.cfg.grace:
+            if time.perf_counter() - last > self.options.grace:
                 raise RunFailure(self._unmet(t, [i for i, _ in received],
-                                             f"no message for {self.cfg.grace:g} s ([run] grace)"))
+                                             f"no message for {self.options.grace:g} s ([run] grace)"))
             self.peers.check()
             self._nap(plan, start)
 
@@ -418,9 +418,9 @@ class Master(Driver):
     # --- sending and receiving ------------------------------------------------------------------------------
     def _send_plan(self, i: int, t: int, plan, ring: bool = True) -> None:
         try:       # the worker answered its previous plan, so it took it: its buffer is free again
-            P.wait(self.send_reqs[i], timeout=self.cfg.grace, watch=self.peers.check)
+            P.wait(self.send_reqs[i], timeout=self.options.grace, watch=self.peers.check)
         except TimeoutError:
-            raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.cfg.grace:g} s "
+            raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.options.grace:g} s "
                              f"([run] grace){self.peers.states([i + 1])}") from None
         slot = self.slot
         message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
@@ -456,8 +456,8 @@ class Master(Driver):
                 return responders
             if not (self.busy >= 0).any():
                 raise RunFailure(self._unmet(t, responders, "every worker has answered and none is computing"))
-            if time.perf_counter() - last > self.cfg.grace:
-                raise RunFailure(self._unmet(t, responders, f"no message for {self.cfg.grace:g} s ([run] grace)"))
+            if time.perf_counter() - last > self.options.grace:
+                raise RunFailure(self._unmet(t, responders, f"no message for {self.options.grace:g} s ([run] grace)"))
             self.peers.check()      # a worker that failed or died: name it now, not after grace
             self._nap(plan, start)
 
@@ -562,7 +562,7 @@ class Master(Driver):
         stops = [self.comm.Isend(stop, dest=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
         self._ring(range(self.n))
         ack_reqs = [self.comm.Irecv(acks[i], source=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
-        limit = time.perf_counter() + self.cfg.grace
+        limit = time.perf_counter() + self.options.grace
         acked = np.zeros(self.n, dtype=bool)
         while not acked.all() and time.perf_counter() < limit:
             for i in MPI.Request.Testsome(ack_reqs) or []:
@@ -575,7 +575,7 @@ class Master(Driver):
         for i in np.flatnonzero(acked):
             # every result sent before the ACK has been matched: a pending receive can only be cancelled
             P.cancel_receive(self.recv_reqs[i])
-            P.wait_all([self.send_reqs[i], stops[i]], self.cfg.grace)   # both were received: already complete
+            P.wait_all([self.send_reqs[i], stops[i]], self.options.grace)   # both were received: already complete
         return [int(i) for i in np.flatnonzero(~acked)]
 
     def summary_extras(self) -> dict[str, Any]:

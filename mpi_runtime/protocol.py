@@ -335,8 +335,8 @@ def open_payloads(comm: MPI.Comm, cfg, scheme, d: int, peers) -> tuple[int, bool
     the scheme does or late workers abandon; the payloads go into node-local shared memory if possible
     (:func:`open_shared`; a streaming run gives each worker a ring of segments, ``streaming.py``)."""
     length, is_complex = message_layout(scheme, d)
-    streaming = scheme.streams or cfg.late_workers == "abandon"
-    shared = open_shared(comm, d, length, lambda: peers.checkpoint("shared memory", cfg.startup_timeout),
+    streaming = scheme.streams or cfg.options.late_workers == "abandon"
+    shared = open_shared(comm, d, length, lambda: peers.checkpoint("shared memory", cfg.options.startup_timeout),
                          ring=STREAM_RING if streaming else 1)
     return length, is_complex, streaming, shared
 

@@ -64,7 +64,7 @@ class Worker:
         self.n = cfg.workers
         self.capacity = capacity
         d = workload.dim
-        self.late = cfg.late_workers
+        self.late = cfg.options.late_workers
         # the payloads in node-local shared memory if possible (protocol.py); collective, like warm_up
         self.length, self.is_complex, self.streaming, self.shared = P.open_payloads(comm, cfg, scheme, d, peers)
         # two plan buffers: drain into the spare one, keep whichever holds the newest plan
@@ -79,7 +79,7 @@ class Worker:
         # how long the master may legitimately leave this worker without a plan: it fails an iteration after grace
         # seconds without any message, and an iteration takes at most 2 n messages (a late answer and a current one
         # per worker); beyond that the master is hung (a dead master on this host is noticed at once, peers.py)
-        self.patience = (2 * self.n + 2) * cfg.grace
+        self.patience = (2 * self.n + 2) * cfg.options.grace
         self.free = 0.0          # wall time at which this worker sent its last result
         # the buffer of the plan in hand, and of a newer plan already received while it was in hand (_newer_plan)
         self.current: int | None = None
@@ -87,7 +87,7 @@ class Worker:
         # chunk by chunk, several results per plan, on the streaming tag (mpi_runtime/master.py): payloads in a ring
         # of shared segments (streaming.Ring), inline when the ring is full or nothing is shared
         self.stopped = False
-        self.add = cfg.inject == "add"     # the emulated delay after the real compute, not counted from the start
+        self.add = cfg.options.inject == "add"   # the emulated delay after the real compute, not from the start
         if self.streaming:
             self.ring = S.Ring(self.shared, self.i) if self.shared else None
             self.result = np.full(P.RESULT_HEADER + self.length, 0.0)
@@ -95,7 +95,7 @@ class Worker:
     # --- the loop -------------------------------------------------------------------------------------------
     def run(self) -> None:
         self.faults.maybe_crash("warmup")
-        setup = self.cfg.startup_timeout     # the bound of every wait until the clock starts
+        setup = self.cfg.options.startup_timeout     # the bound of every wait until the clock starts
         self.peers.checkpoint("warm-up", setup)
         # the master names a missing worker within that; this worker names the master after twice that
         P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)], 2 * setup + 1, self.peers.check)
@@ -105,7 +105,7 @@ class Worker:
             if self.current is None or not self._work(self.plans[self.current]):
                 break          # a STOP, answered with ACK
         if self.shared:
-            self.peers.checkpoint("shutdown", self.cfg.grace)
+            self.peers.checkpoint("shutdown", self.cfg.options.grace)
             self.shared.close()     # collective with the master, which has every ACK
 
     def _next_plan(self) -> int | None:
@@ -206,7 +206,7 @@ class Worker:
         compute, comm = self._draw(t, load)
         if not (math.isfinite(compute) and math.isfinite(comm)):
             _hang(self.peers)
-        scale = self.cfg.time_scale
+        scale = self.cfg.options.time_scale
         ends = [begin + compute * scale * (j + 1) / L for j in range(L)]
         self.receipt, self.real, self.target = received, 0.0, (compute + comm) * scale   # for the result headers
         self.overrun = False
@@ -332,7 +332,7 @@ class Worker:
 
     def _draw(self, t: int, load: float) -> tuple[float, float]:
         """This worker's compute and communication time of plan ``t`` in model units (the simulator's draw)."""
-        compute, comm = self.delay.sample(self.cfg.seed, t, self.n, np.full(self.n, load))
+        compute, comm = self.delay.sample(self.cfg.options.seed, t, self.n, np.full(self.n, load))
         return float(compute[0, self.i]), float(comm[0, self.i])
 
     def _message(self, t: int, load: float, batch: int | None, n_parts: int, parts, w) -> np.ndarray:
@@ -345,7 +345,7 @@ class Worker:
     def _emulated(self, t: int, load: float) -> float:
         """Seconds this worker's response takes in the model: the simulator's draw for (seed, t, i, load)."""
         compute, comm = self._draw(t, load)
-        return (compute + comm) * self.cfg.time_scale
+        return (compute + comm) * self.cfg.options.time_scale
 
     def _stop_came(self) -> bool:
         """Has a STOP arrived while this worker waits out an emulated delay? (Then it answers ACK.)"""

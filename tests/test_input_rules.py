@@ -325,8 +325,8 @@ def _probe_spec(where: tuple, value) -> dict:
 PROBE_FOUND = [   # (where, value, words of the error): each was a traceback, a hang or silently accepted
     (("run", "batch"), 2**70, ["memory", "smaller batch"]),
     (("schemes", {"name": "sync"}, "batch"), 2**70, ["memory", "smaller batch"]),
-    (("run", "optimizer"), [], ["optimizer must be one of"]),
-    (("run", "optimizer"), {"x": 1}, ["optimizer must be one of"]),
+    (("run", "optimizer"), [], ["optimizer = []: accepted: 'sgd'"]),
+    (("run", "optimizer"), {"x": 1}, ["optimizer = {'x': 1}: accepted: 'sgd'"]),
     (("schemes", {"name": "adaptive_k_load"}, "max_batch"), 2**70, ["memory"]),
     (("schemes", {"name": "coded", "code": "reed_solomon_gf", "s": 1}, "max_abs"), 1e308, ["max_abs <="]),
     (("delay", "sigma"), 1e308, ["sigma must be <= 30"]),

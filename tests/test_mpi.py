@@ -24,7 +24,7 @@ from gradcode.clusters.driver import StopPolicy
 from gradcode.clusters.records import as_written, worker_values
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
-from gradcode.spec import build, load_spec, run_kwargs
+from gradcode.spec import build, load_spec
 from mpi_runtime import streaming as S
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
 from mpi_runtime.protocol import STREAM_RING
@@ -62,7 +62,7 @@ def _records(out: Path) -> list[dict]:
 def _simulated(spec: dict):
     s = load_spec(spec)
     schemes, delay, workload = build(s)
-    return simulate(schemes[0], delay, workload, **run_kwargs(s))
+    return simulate(schemes[0], delay, workload, s.options)
 
 
 # --- choosing well-separated seeds with the simulator's own arithmetic --------------------------------------

@@ -20,7 +20,7 @@ import tomli_w
 
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
-from gradcode.spec import build, load_spec, run_kwargs
+from gradcode.spec import build, load_spec
 from mpi_runtime.launch import prepare
 
 SCALE = 0.05         # seconds per model time unit: sync's 6 units are 300 ms
@@ -75,7 +75,7 @@ def test_classic_straggle_on_mpi(case, tmp_path):
     # the simulator (same spec, late workers finishing as on MPI) takes the same time and the same responders
     s = load_spec(spec)
     schemes, d, workload = build(s)
-    sim = simulate(schemes[0], d, workload, **run_kwargs(s))
+    sim = simulate(schemes[0], d, workload, s.options)
     np.testing.assert_allclose([r["end"] - r["start"] for r in sim.records], expected, rtol=0, atol=1e-12)
     for a, b in zip(sim.records, records, strict=True):
         assert sorted(int(i) for i in a["responders"]) == sorted(int(i) for i in b["responders"])

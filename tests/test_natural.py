@@ -115,8 +115,8 @@ def test_natural_timing_is_refused_by_the_simulator_and_inject_is_checked():
         load_spec({**spec, "run": {"inject": "sleep"}})
     from mpi_runtime.config import load_run
 
-    assert load_run({**spec, "run": {"inject": "add"}}).inject == "add"
-    assert load_run(spec).inject == "wait"
+    assert load_run({**spec, "run": {"inject": "add"}}).options.inject == "add"
+    assert load_run(spec).options.inject == "wait"
 
 
 @pytest.mark.parametrize("value", [0.0, 1e-9])

@@ -12,6 +12,7 @@ from gradcode.clusters.records import summarize
 from gradcode.clusters.sim import SimulatedCluster
 from gradcode.errors import ConfigError
 from gradcode.optim import Optimizer
+from gradcode.spec import RunOptions
 from gradcode.workloads import Workload, make_workload
 from gradcode.workloads.metrics import roc_auc
 
@@ -42,8 +43,7 @@ def run_driver(workload, iterations, scheme="sync", n=4, **training):
     delay = make_delay("constant", value=1.0)
     scheme.bind(delay=delay)
     scheme.reset()
-    cluster = SimulatedCluster(scheme, delay, workload, seed=0, late_workers="finish", iterations=iterations,
-                               **training)
+    cluster = SimulatedCluster(scheme, delay, workload, RunOptions(iterations=iterations, **training))
     return cluster.run(), cluster
 
 
@@ -88,15 +88,15 @@ def test_optimizer_rejects_bad_settings():
 
 
 def test_spec_checks_the_training_keys():
-    from gradcode.spec import load_spec, training_kwargs
+    from gradcode.spec import load_spec
 
     base = {"cluster": {"workers": 2},
             "workload": {"name": "least_squares", "n_samples": 20, "dim": 2, "test_fraction": 0.25},
             "delay": {"name": "constant"}, "scheme": {"name": "sync"}}
     spec = load_spec({**base, "run": {"optimizer": "nesterov", "momentum": 0.5, "eval_every": 3,
                                       "target_accuracy": 0.9}})
-    assert training_kwargs(spec) == {"optimizer": "nesterov", "momentum": 0.5, "eval_every": 3,
-                                     "target_accuracy": 0.9}
+    assert (spec.options.optimizer, spec.options.momentum, spec.options.eval_every,
+            spec.options.target_accuracy) == ("nesterov", 0.5, 3, 0.9)
     with pytest.raises(ConfigError, match=r"\[run\].*optimizer"):
         load_spec({**base, "run": {"optimizer": "adagrad"}})
     with pytest.raises(ConfigError, match=r"\[run\].*eval_every"):

@@ -9,7 +9,7 @@ import tomli_w
 
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
-from gradcode.spec import build, load_spec, run_kwargs, training_kwargs
+from gradcode.spec import build, load_spec
 from mpi_runtime.launch import prepare
 
 SPEC = {"cluster": {"workers": 4},
@@ -23,8 +23,9 @@ SPEC = {"cluster": {"workers": 4},
 def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path):
     spec = load_spec(SPEC)
     schemes, delay, workload = build(spec)
-    sim = simulate(schemes[0], delay, workload, **run_kwargs(spec), **training_kwargs(spec))
-    plain = simulate(*[x for x in (build(spec)[0][0], delay, build(spec)[2])], **run_kwargs(spec))
+    sim = simulate(schemes[0], delay, workload, spec.options)
+    plain = simulate(build(spec)[0][0], delay, build(spec)[2], iterations=spec.options.iterations,
+                     seed=spec.options.seed, lr=spec.options.lr)   # the plain step, no evaluation
     assert sim.records[-1]["loss"] != pytest.approx(plain.records[-1]["loss"], rel=1e-6)   # the optimizer acts
     # evaluated every 2 iterations; the target accuracy, reached at iteration 2, stops the run on both clusters
     assert [r["iteration"] for r in sim.records if r["test_accuracy"] is not None] == [0, 2]

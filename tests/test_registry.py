@@ -24,7 +24,7 @@ from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError
 from gradcode.output.report import read_records
 from gradcode.plumbing.registry import CODES, DELAYS, KINDS, SCHEMES, WORKLOADS, describe, pythonpath
-from gradcode.spec import build, load_spec, run_kwargs
+from gradcode.spec import build, load_spec
 from gradcode.study.harness import compare
 
 EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"   # its "Adding a ..." examples
@@ -178,7 +178,7 @@ def test_import_paths_in_a_spec_nested_too(mod):
     schemes, delay, workload = build(spec)
     assert type(delay.base).__name__ == "Twice" and type(workload).__name__ == "Ones"
     assert type(schemes[1].code).__name__ == "MyCode" and schemes[0].batch == 5
-    res = simulate(schemes[0], delay, workload, **run_kwargs(spec))
+    res = simulate(schemes[0], delay, workload, spec.options)
     assert [r["end"] - r["start"] for r in res.records] == [2.0, 2.0, 2.0]   # the first half: unit time 2
     mixture = {"name": "mixture", "components": [{"weight": 1, "model": f"{mod}:Twice"}]}
     assert build(load_spec(_spec(delay=mixture)))[1].sample(0, 0, 3)[0].tolist() == [[2.0, 2.0, 2.0]]

@@ -14,6 +14,7 @@ from gradcode.clusters.driver import StopPolicy
 from gradcode.clusters.records import as_written, build_record, record_responders, record_spans
 from gradcode.clusters.sim import SimulationError
 from gradcode.schemes._base import Combined, DecentralizedScheme, Plan, Schedule
+from gradcode.spec import RunOptions
 
 
 def harmonic(m: int) -> float:
@@ -412,8 +413,8 @@ def test_a_record_completed_later_is_the_record(workload, scheme, params):
             self.pending = None
 
     def records(cls):
-        cluster = cls(make_scheme(scheme, n=6, **params), delay_of("exponential"), workload, seed=4,
-                      late_workers="finish", iterations=4, loss_every=2)
+        cluster = cls(make_scheme(scheme, n=6, **params), delay_of("exponential"), workload,
+                      RunOptions(seed=4, iterations=4, loss_every=2))
         return cluster.run()
 
     now, later = records(SimulatedCluster), records(Deferring)
@@ -655,11 +656,11 @@ def test_timing_only_finish_gives_the_cluster_loops_records(name, params, delay_
     except SimulationError as e:
         scheme.reset()
         with pytest.raises(SimulationError, match=re.escape(str(e))):   # the loop raises the same, records or not
-            SimulatedCluster(scheme, delay, None, seed=5, late_workers="finish", iterations=70).run()
+            SimulatedCluster(scheme, delay, None, RunOptions(seed=5, iterations=70)).run()
         assert name == "sync" and delay_name == "unresponsive"
         return
     scheme.reset()
-    loop = SimulatedCluster(scheme, delay, None, seed=5, late_workers="finish", iterations=70).run()
+    loop = SimulatedCluster(scheme, delay, None, RunOptions(seed=5, iterations=70)).run()
     assert len(fast.records) == len(loop) == 70 and seen == fast.records
     assert all(_same(a, b) for a, b in zip(fast.records, loop, strict=True))
 
@@ -782,7 +783,7 @@ def test_vectorised_timing_is_the_cluster_loop_under_abandon(name, params):
     scheme = make_scheme(name, n=12, **params)
     fast = simulate(scheme, delay, iterations=60, seed=2, late_workers="abandon").records
     scheme.reset()
-    loop = SimulatedCluster(scheme, delay, None, seed=2, late_workers="abandon", iterations=60).run()
+    loop = SimulatedCluster(scheme, delay, None, RunOptions(seed=2, late_workers="abandon", iterations=60)).run()
     assert len(fast) == len(loop) == 60
     for a, b in zip(fast, loop, strict=True):
         assert list(a) == list(b)

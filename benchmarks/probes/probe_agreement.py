@@ -27,7 +27,7 @@ import tomli_w
 
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
-from gradcode.spec import build, load_spec, run_kwargs
+from gradcode.spec import build, load_spec
 from mpi_runtime.launch import prepare
 
 SCALE = 0.025
@@ -80,7 +80,7 @@ def compare(name: str, seed: int, iterations: int, noise: float, tmp: Path) -> d
     mpi, _ = read_records(out / "records.jsonl")
     s = load_spec(spec)
     schemes, delay, workload = build(s)
-    sim = simulate(schemes[0], delay, workload, **run_kwargs(s)).records
+    sim = simulate(schemes[0], delay, workload, s.options).records
     row = {"scheme": name, "seed": seed, "iterations": len(mpi), "mpi!=sim": 0, "mpi!=ideal": 0, "close": 0,
            "below": 0}
     for a, b in zip(sim, mpi, strict=True):

@@ -121,14 +121,14 @@ def _groups() -> list[tuple[str, dict, list[tuple]]]:
 
 def _simulate_all(spec: dict) -> None:
     from gradcode.clusters.sim import simulate
-    from gradcode.spec import build, run_kwargs
+    from gradcode.spec import build
     from gradcode.study.harness import load_experiment
 
     exp = load_experiment(spec, mpi=(False, "probe"))
     for di in range(len(exp.spec.delays)):
         schemes, delay, workload = build(exp.spec, delay_index=di)
         for scheme in schemes:
-            simulate(scheme, delay, workload, **run_kwargs(exp.spec))
+            simulate(scheme, delay, workload, exp.spec.options)
 
 
 def _serve() -> None:

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import GradcodeError
 from ..optim import Optimizer
 from ..schemes._base import Combined, Plan, Schedule, Scheme, as_received
+from ..spec import RunOptions
 from .iteration import Iteration
 from .records import HELDOUT_KEYS, build_record, summarize, work_fields
 
@@ -32,13 +33,6 @@ class SimulationError(GradcodeError):
 
 
 # --- run rules ------------------------------------------------------------------------------------------------
-# What a worker still busy with an older plan does when a newer one is issued (docs/design.md#chunked-workers):
-# ``finish`` completes the work in hand; ``abandon`` drops it at once (a chunked plan: after the chunk in progress);
-# ``between_chunks`` drops it where a real worker can look up from its work: between two chunks of a chunked plan,
-# while an unchunked plan is one piece of work, finished.
-LATE_WORKERS = ("finish", "abandon", "between_chunks")
-
-
 def late_rule(late: str, plan: Plan) -> str:
     """The rule ``plan``'s late workers follow under ``late_workers = late``: ``finish`` or ``abandon``
     (``between_chunks`` is ``abandon`` for a chunked plan, ``finish`` for the others)."""
@@ -188,25 +182,24 @@ class Driver:
     :meth:`conclude_all_reduce` (update, adapt, evaluate, record); it may override :meth:`emit` (where records go),
     :meth:`finished` and :meth:`summary_extras`.
 
-    ``w`` is the model (``None`` for a timing-only run); ``recording`` is False in a process that takes part but
-    keeps no records (an All-Reduce peer other than rank 0): it updates its model but evaluates nothing.
+    ``options`` are the run's (:class:`gradcode.spec.RunOptions`, the same object on both clusters); ``w`` is the
+    model (``None`` for a timing-only run); ``recording`` is False in a process that takes part but keeps no records
+    (an All-Reduce peer other than rank 0): it updates its model but evaluates nothing.
     """
 
     recording = True
     resolution = 0.0    # ideal times up to this (record time units) have no overhead ratio (overhead_ratios)
 
-    def __init__(self, scheme: Scheme, workload, *, iterations: int, lr: float | None = None, loss_every: int = 1,
-                 target_loss: float | None = None, time_budget: float | None = None, optimizer: str = "sgd",
-                 momentum: float = 0.9, eval_every: int | None = None, target_accuracy: float | None = None):
-        self.scheme, self.workload = scheme, workload
+    def __init__(self, scheme: Scheme, workload, options: RunOptions):
+        self.scheme, self.workload, self.options = scheme, workload, options
         self.n = scheme.n
-        self.iterations, self.loss_every = iterations, loss_every
-        self.eval_every = loss_every if eval_every is None else eval_every
-        self.target_loss, self.time_budget = target_loss, time_budget
-        self.target_accuracy = target_accuracy
-        self.lr = default_lr(lr, workload)
-        self.lr_given = lr is not None     # else a scheme with small batches steps by them (_update)
-        self.optimizer = Optimizer(optimizer, momentum)
+        self.iterations, self.loss_every = options.iterations, options.loss_every
+        self.eval_every = options.loss_every if options.eval_every is None else options.eval_every
+        self.target_loss, self.time_budget = options.target_loss, options.time_budget
+        self.target_accuracy = options.target_accuracy
+        self.lr = default_lr(options.lr, workload)
+        self.lr_given = options.lr is not None     # else a scheme with small batches steps by them (_update)
+        self.optimizer = Optimizer(options.optimizer, options.momentum)
         self.w = None if workload is None else np.array(workload.init_params(), dtype=float)
         self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
         self.policy = StopPolicy(scheme)

@@ -44,17 +44,16 @@ from typing import Any
 import numpy as np
 
 from ..delays import make_delay
-from ..errors import ConfigError, check_float, check_int, check_seed
+from ..errors import ConfigError, check_float
 from ..schemes import Scheme
 from ..schemes._base import Combined, Plan, Received
+from ..spec import LATE_WORKERS, RunOptions
 from ..workloads import make_workload
 from .driver import (
-    LATE_WORKERS,
     Driver,
     SimulationError,
     StopPolicy,
     all_reduce_schedule,
-    default_lr,
     gather_record,
     late_rule,
     whole_unit,
@@ -85,48 +84,42 @@ class SimResult:
         return out
 
 
-def simulate(scheme: Scheme, delay, workload=None, *, iterations: int = 100, seed: int = 0, lr: float | None = None,
-             target_loss: float | None = None, time_budget: float | None = None, late_workers: str = "finish",
-             loss_every: int = 1, progress: bool = False, on_record=None, **training) -> SimResult:
-    """Run ``scheme`` under ``delay`` on ``workload`` (``None``: timing only) for ``iterations`` iterations, or until
-    the loss reaches ``target_loss`` or the virtual time ``time_budget`` is spent. ``training``: the optimizer and
-    the held-out evaluation (``optimizer``, ``momentum``, ``eval_every``, ``target_accuracy``; see
-    :class:`gradcode.clusters.driver.Driver`).
+def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = None, *, progress: bool = False,
+             on_record=None, **keywords) -> SimResult:
+    """Run ``scheme`` under ``delay`` on ``workload`` (``None``: timing only) as the run ``options`` say
+    (:class:`gradcode.spec.RunOptions`): ``iterations`` iterations (default 100), or until the loss reaches
+    ``target_loss`` or the virtual time ``time_budget`` is spent, with ``seed``, ``lr``, ``late_workers``, the
+    optimizer and the held-out evaluation. The options may be given as keywords, ``simulate(scheme, delay,
+    workload, iterations=200, seed=0)``, checked the same way; keywords with ``options`` change those options.
 
     ``on_record(record)`` is called after every iteration (the harness flushes records to disk with it).
     """
     if not isinstance(scheme, Scheme):
         raise ConfigError(f"simulate needs a scheme object (see gradcode.make_scheme), got {type(scheme).__name__}")
+    options = RunOptions.of(options, **keywords)
     delay = make_delay(delay)
     check_simulable(delay)
     delay.check_workers(scheme.n)
     workload = None if workload is None else make_workload(workload)
-    iterations = check_int("iterations", iterations, low=1)
-    seed = check_seed(seed)
-    loss_every = check_int("loss_every", loss_every, low=1)
-    if late_workers not in LATE_WORKERS:
-        raise ConfigError(f"late_workers must be one of {', '.join(LATE_WORKERS)}, got {late_workers!r}")
-    check_float("lr", default_lr(lr, workload), low=0.0)     # None stays None: the driver's default step
-    if target_loss is not None and workload is None:
+    if options.lr is None and workload is not None:   # the workload's own step size (a given lr was checked)
+        check_float("the workload's lr", workload.lr, low=0.0)
+    if options.target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
-    if time_budget is not None:
-        time_budget = check_float("time_budget", time_budget, low=0.0, low_open=True)
 
+    iterations, seed = options.iterations, options.seed
     scheme.bind(delay=delay)
     scheme.reset()
     check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap
-    if _vectorizable(scheme, workload, late_workers, time_budget):
+    if _vectorizable(scheme, workload, options):
         records = _vectorized_timing(scheme, delay, iterations, seed)
         if on_record is not None:
             for rec in records:
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
-    if _finish_vectorizable(scheme, workload, late_workers, time_budget):
+    if _finish_vectorizable(scheme, workload, options):
         records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations))
         return SimResult(records, summarize(records), params=None)
-    cluster = SimulatedCluster(scheme, delay, workload, seed=seed, late_workers=late_workers, on_record=on_record,
-                               progress=progress, iterations=iterations, lr=lr, loss_every=loss_every,
-                               target_loss=target_loss, time_budget=time_budget, **training)
+    cluster = SimulatedCluster(scheme, delay, workload, options, on_record=on_record, progress=progress)
     records = cluster.run()
     cluster.close()
     return SimResult(records, cluster.summary(), params=cluster.w)
@@ -149,12 +142,12 @@ def _progress(enabled: bool, total: int):
     return progress_bar(total, unit="it", leave=False)
 
 
-def _vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
+def _vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
+    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
         return False
     plan = scheme.plan(0)
-    if plan.chunked or late_rule(late_workers, plan) != "abandon":
+    if plan.chunked or late_rule(options.late_workers, plan) != "abandon":
         return False
     # an exact code's stop depends on who arrived, not on when: stop_counts finds it per iteration
     return (scheme.stop_count() is not None or scheme.exact) and not math.isfinite(plan.deadline)
@@ -176,14 +169,14 @@ def stop_counts(scheme: Scheme, plan: Plan, order: np.ndarray, response: np.ndar
     return counts
 
 
-def _finish_vectorizable(scheme: Scheme, workload, late_workers: str, time_budget: float | None) -> bool:
+def _finish_vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, late workers finish, one message per plan: the delays are drawn ahead, a block of iterations at
     a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load); the
     iterations themselves stay one after the other (a late worker begins when it is free)."""
-    if workload is not None or scheme.decentralized or scheme.streams or time_budget is not None:
+    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
         return False
     plan = scheme.plan(0)
-    return not plan.chunked and late_rule(late_workers, plan) == "finish"
+    return not plan.chunked and late_rule(options.late_workers, plan) == "finish"
 
 
 # draws per vectorised block: 4 MB an array (52 rows at n = 10,000). Larger blocks (20 MB an array at 256 rows) make
@@ -272,10 +265,10 @@ class SimulatedCluster(Driver):
     """The virtual clock: when each worker is free, and the gradients of the real workload computed in-process
     (every partition once per iteration, which also gives the full gradient for ``grad_error`` for free)."""
 
-    def __init__(self, scheme: Scheme, delay, workload, *, seed: int, late_workers: str, on_record=None,
-                 progress: bool = False, **run):
-        super().__init__(scheme, workload, **run)
-        self.delay, self.seed, self.late = delay, seed, late_workers
+    def __init__(self, scheme: Scheme, delay, workload, options: RunOptions, *, on_record=None,
+                 progress: bool = False):
+        super().__init__(scheme, workload, options)
+        self.delay, self.seed, self.late = delay, options.seed, options.late_workers
         self.on_record = on_record
         self.bar = _progress(progress, self.iterations)
         self.clock = 0.0

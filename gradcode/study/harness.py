@@ -55,7 +55,7 @@ from ..plumbing.children import run_child
 from ..plumbing.fingerprint import fingerprint
 from ..plumbing.outdir import LOCK_NAME, FolderLock, remove_folders, remove_results, writable_folder, write_whole
 from ..plumbing.registry import pythonpath
-from ..spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec, run_kwargs, training_kwargs
+from ..spec import CLUSTER_KINDS, Spec, _unlabelled, build, load_spec
 
 QUICK_ITERATIONS = 6         # --quick: at most this many iterations, the first seed and delay model only
 MPI_TIMEOUT = 240.0          # seconds one MPI run may take before it is declared failed
@@ -321,8 +321,7 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
     (scheme,), delay, workload = build(spec)
     # records reach the disk as they are made, so a run cut short keeps its finished iterations
     with RecordWriter(folder / "records.jsonl") as writer:
-        result = sim.simulate(scheme, delay, workload, on_record=writer.write, **run_kwargs(spec),
-                              **training_kwargs(spec))
+        result = sim.simulate(scheme, delay, workload, spec.options, on_record=writer.write)
     write_summary(folder, result.summary)
     return len(result.records)
 
