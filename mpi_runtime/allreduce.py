@@ -192,9 +192,7 @@ class Decentralized(Driver):
                 begin = self.step_begin + real
             until = begin + schedule.chunk_end[i, m] * self.scale
             emulated = schedule.chunk_end[i, m] - (schedule.chunk_end[i, m - 1] if m else 0.0)
-            # a chunk of (next to) zero emulated time has nothing to overrun (below the runtime's resolution, as for
-            # the overhead ratio), nor has an added delay
-            overrun |= emulated * self.scale >= P.RESOLUTION and self.cfg.inject != "add" and time.time() > until
+            overrun |= P.overran(emulated * self.scale, until, self.cfg.inject == "add")
             P.sleep_until(until)
             if m < schedule.kept[i]:
                 self.send[:self.d] += g
