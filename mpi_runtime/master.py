@@ -176,10 +176,10 @@ class Master(Driver):
         return rec
 
     def _send_plan(self, it: _Iteration, plan, i: int, ring: bool = True) -> None:
-        self.port.prepare(i, it.t, plan, self.w, it.stamp, it.slot)
+        message = self.port.prepare(i, it.t, plan, self.w, it.stamp, it.slot)
         # the departure, read before the send: a worker rung now may take the CPU and its plan up at once
         self.heard.plan_sent(i, it.t, self.now())
-        self.port.send(ring)
+        self.port.send(i, it.t, message, ring)
         self.busy[i] = it.t
         it.sent += 1
         it.computed += float(plan.load[i])

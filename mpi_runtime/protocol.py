@@ -22,17 +22,13 @@ been matched (and a pending receive for it can be cancelled safely, see :func:`c
 
 **Shared memory.** When every rank runs on one node, the 800 kB-scale payloads do not travel at all: the master
 writes each model version once into a slot of a node-local shared window (``MPI.Win.Allocate_shared``) and the
-plan names the slot; each worker writes its message into its own segment before it waits out its emulated time,
-and the result on the wire is the header alone. Plans and results are then a few dozen bytes (MPI's eager
-protocol: no rendezvous, no copy through the master's progress engine on the critical path). Safety rests on the
-plan/answer discipline, not on timing: the master never rewrites a slot that a busy worker's plan names (see
-:class:`ModelSlots`), and a worker writes its segment only while it holds a plan, i.e. after the master has read
-its previous message. ``Win.Sync`` orders the writes before the message that announces them (the MPI-3 unified
-memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the
-messages, as laid out above.
-
-Each worker's messages go into a ring of segments of its own, and only headers travel (``streaming.py``): a plan
-may send several (a streaming scheme), and under ``late_workers = "abandon"`` a worker may hold two plans.
+plan names the slot; each worker writes its messages into a ring of segments of its own before it waits out their
+emulated time, and the result on the wire is the header alone. Plans and results are then a few dozen bytes (MPI's
+eager protocol: no rendezvous, no copy through the master's progress engine on the critical path). Safety rests
+on the plan/answer discipline, not on timing: the master never rewrites a slot that a worker may still read, and
+a worker never rewrites a segment the master has not read (``streaming.py``). ``Win.Sync`` orders the writes
+before the message that announces them (the MPI-3 unified memory model). On several nodes, or with
+``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the messages, as laid out above.
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
 ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), or on
@@ -418,11 +414,10 @@ def one_node(comm: MPI.Comm) -> bool:
 class ModelSlots:
     """Which shared slot holds which model version (master side).
 
-    The model of iteration ``t`` goes into a slot that no busy worker's plan names: a busy worker may still be
-    reading its own version (a late worker computes on the model of the plan it holds, never a newer or older one),
-    and it is busy until the master has its answer, i.e. until it has finished reading. Busy workers name at most
-    ``n`` slots, so ``n + 1`` slots always leave one free; with fewer (``MODEL_SLOTS`` caps the memory) the model
-    travels in the plans of an iteration that finds none free."""
+    The model of iteration ``t`` goes into a slot that no worker may still read (``streaming.Unread``: a late
+    worker computes on the model of the plan it holds, never a newer or older one). Workers that hold one plan each
+    name at most ``n`` slots, so ``n + 1`` slots leave one free; with fewer (``MODEL_SLOTS`` caps the memory), or
+    when workers hold two plans (``abandon``), the model travels in the plans of an iteration that finds none free."""
 
     def __init__(self, shared: SharedMemory | None):
         self.shared = shared

@@ -1,17 +1,10 @@
 """How plans and results move between the master and the workers: one object on each side.
 
-:class:`MasterPort` and :class:`WorkerPort` own everything the wire needs (buffers, the shared model slots and
-message rings, the doorbells, the ``Isend``/``Irecv`` requests, the headers), so that the master and the worker
-say only what moves, never how. The rules they keep:
-
-- every worker has at most one plan in flight from the master, sent from that worker's own send buffer, which is
-  written again only once the previous send has completed (the worker took it);
-- the master keeps one receive posted per worker on :data:`~mpi_runtime.protocol.RESULT_TAG`, into that worker's
-  receive buffer, reposted once the result in it has been read: a plan may send several results, and a late
-  one arrives after its iteration, so results are told apart by their header (:class:`~.protocol.Result`);
-- on one node the model goes into a shared slot no worker may still read and the payloads into each worker's
-  ring (``streaming.py``); only headers travel, and ``Win.Sync`` orders the writes before the message that
-  announces them. A payload that finds the ring full travels inline, after the header.
+:class:`MasterPort` and :class:`WorkerPort` own everything the wire needs (the layouts, tags and shared memory of
+``protocol.py``: buffers, model slots, message rings, doorbells, requests, headers), so that the master and the
+worker say what moves, never how. Every worker has at most one plan in flight from the master, sent from its own
+send buffer, written again only once that send has completed; the master keeps one receive posted per worker,
+into its own receive buffer, reposted once the result in it has been read.
 """
 
 from __future__ import annotations
@@ -49,7 +42,6 @@ class MasterPort:
         self.recv_bufs = [np.full(P.RESULT_HEADER + self.length, 0.0) for _ in range(self.n)]
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
-        self.outgoing: tuple[int, int, np.ndarray] | None = None    # (worker, tag, buffer) packed by prepare
 
     def warm_up(self, timeout: float) -> None:
         """The buffers' first exchange with every worker (``protocol.warm_up``), then the receives posted."""
@@ -67,24 +59,22 @@ class MasterPort:
         """Has worker ``i`` taken its last plan (so that its send buffer is free)?"""
         return bool(self.send_reqs[i].Test())
 
-    def prepare(self, i: int, t: int, plan, w: np.ndarray, stamp: float, slot: int) -> None:
-        """Pack worker ``i``'s share of ``plan`` into its send buffer, once the previous plan's send is complete;
-        :meth:`send` sends it."""
+    def prepare(self, i: int, t: int, plan, w: np.ndarray, stamp: float, slot: int) -> np.ndarray:
+        """Worker ``i``'s share of ``plan`` packed into its send buffer, once the previous plan's send is complete:
+        the part of the buffer for :meth:`send`."""
         try:       # the worker answered its previous plan, so it took it: its buffer is free again
             P.wait(self.send_reqs[i], timeout=self.grace, watch=self.peers.check)
         except TimeoutError:
             raise RunFailure(f"iteration {t}: {who([i + 1])} did not take its plan within {self.grace:g} s "
                              f"([run] grace){self.peers.states([i + 1])}") from None
-        message = P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i],
-                              w, self.capacity, stamp, slot, plan.chunked, plan.tau)
         self.unread.sent(i, t, slot)
-        self.outgoing = (i, P.data_tag(t), message)
+        return P.pack_plan(self.send_bufs[i], t, float(plan.load[i]), plan.batch, plan.n_parts, plan.parts[i], w,
+                           self.capacity, stamp, slot, plan.chunked, plan.tau)
 
-    def send(self, ring: bool = True) -> None:
-        """Send the plan :meth:`prepare` packed, and ring its worker's doorbell unless told not to (the caller
-        rings several at once with :meth:`ring`)."""
-        i, tag, message = self.outgoing
-        self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=tag)
+    def send(self, i: int, t: int, message: np.ndarray, ring: bool = True) -> None:
+        """Send worker ``i`` its plan of iteration ``t`` (:meth:`prepare`), and ring its doorbell unless told not
+        to (the caller rings several at once with :meth:`ring`)."""
+        self.send_reqs[i] = self.comm.Isend(message, dest=i + 1, tag=P.data_tag(t))
         if ring:
             self.ring([i])
 
