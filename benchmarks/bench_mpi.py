@@ -1,23 +1,21 @@
 """Overhead of the MPI cluster: measured over ideal time, per scheme, at n = 8 workers and d = 1e5.
 
-Each scheme runs as a real job (1 master + 8 workers, or 9 All-Reduce peers for DropCompute) with emulated delays
-of tens of milliseconds (shifted exponential, ``a = 3``, ``mu = 0.5`` model units at ``time_scale = 0.01`` s:
-30 ms + an exponential of mean 20 ms at load 1; coded workers carry load 3; adaptive_k_load's loads grow from 1/8
-to 1, so its first iterations last only 4-10 ms: the same configuration since the benchmark was written, its
-``batch = 8`` renamed ``max_batch = 8``). Iterations that short are of the order of what 9 ranks on 2 cores take
-for real (8 gradients at once, the master's work, the polling of waiting ranks): adaptive_k_load's ratio follows the
-machine's load more than the runtime's cost (1.04 to 1.4 for the same code on different days), so compare its
+Each scheme runs as a real job (1 master + 8 workers, or 9 All-Reduce peers for DropCompute) with emulated delays of
+tens of milliseconds (shifted exponential, ``a = 3``, ``mu = 0.5`` model units at ``time_scale = 0.01`` s: 30 ms + an
+exponential of mean 20 ms at load 1; coded workers carry load 3; adaptive_k_load's loads grow from 1/8 to 1, so its
+first iterations last only 4-10 ms). Iterations that short are of the order of what 9 ranks on 2 cores take for real
+(8 gradients at once, the master's work, the polling of waiting ranks): adaptive_k_load's ratio follows the machine's
+load more than the runtime's cost (it varies widely for the same code from one day to another), so compare its
 overhead in milliseconds per iteration. The same holds for anytime's chunks (a quarter unit: 7.5 ms plus an
-exponential): the previous step's All-Reduce and every rank's update count toward the first chunk (MPI's polled
-All-Reduce took 6-13 ms there; the shared-memory exchange, ``mpi_runtime/exchange.py``, cut its overruns from ~220
-to ~60 a run). The workload is least squares with ``dim = 100000`` on 64
-samples, so every message and model is 1e5 float64 (800 kB); on one node they move through shared memory and
-only headers travel (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The
-ideal time is the simulator's arithmetic on the same draws with zero overhead, each iteration from where the
-workers are (``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the
-emulated delays plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers =
-"abandon"``) and partial_coded (``s = 2``, streamed chunks or Tandon et al.'s two messages) take the streaming path
-(several results per plan, ``mpi_runtime/streaming.py``); anytime takes the All-Reduce path, as dropcompute does.
+exponential): the previous step's All-Reduce (the shared-memory exchange, ``mpi_runtime/exchange.py``) and every
+rank's update count toward the first chunk. The workload is least squares with ``dim = 100000`` on 64 samples, so
+every message and model is 1e5 float64 (800 kB); on one node they move through shared memory and only headers travel
+(``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The ideal time is the simulator's
+arithmetic on the same draws with zero overhead, each iteration from where the workers are
+(``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the emulated delays
+plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers = "abandon"``) and
+partial_coded (``s = 2``, streamed chunks or Tandon et al.'s two messages) take the streaming path (several results
+per plan, ``mpi_runtime/streaming.py``); anytime takes the All-Reduce path, as dropcompute does.
 
 Each job runs ``--repeats`` times (default 3: the machine is shared and noisy); reported per scheme: the median
 over the repeats of ``overhead_ratio`` = measured total / ideal total (target <= 1.05) and every repeat's value,
@@ -25,8 +23,8 @@ and from the median repeat the median per-iteration ratio, the overhead per iter
 ideal) / iterations, independent of how long the iterations are) and the master's per-iteration work (decode +
 update + plan sends) in microseconds. Prints a Markdown table and writes benchmarks/results/mpi.json.
 
-``--time-scale`` sets the wall seconds per model unit (default 0.01 for every scheme, as in every figure before
-issue 30); ``--time-scale auto`` gives each scheme the smallest scale (at least 0.01) at which its shortest ideal
+``--time-scale`` sets the wall seconds per model unit (default 0.01 for every scheme);
+``--time-scale auto`` gives each scheme the smallest scale (at least 0.01) at which its shortest ideal
 iteration, found by the simulator on the same spec and draws, lasts ``--min-iteration`` (default 20 ms) of wall
 time: adaptive_k_load's first stages (loads 1/8-1/2, 4-10 ms at 0.01) are shorter than the real compute of 9 ranks
 on 2 cores, so at 0.01 its ratio measures the host, not the runtime; the table's ``time scale`` column says which
@@ -59,7 +57,7 @@ SCHEMES = {
     "adaptive_k": {"name": "adaptive_k", "k0": 4, "burn_in": 5},
     "adaptive_k_load": {"name": "adaptive_k_load", "max_batch": 8, "burn_in": 5},
     "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
-    # four units a step (micro_load = 1), as when the README's figures were measured
+    # four units a step (micro_load = 1), the setting of the README's figures
     "dropcompute": {"name": "dropcompute", "M": 4, "micro_load": 1.0, "warmup": 3, "record_steps": 8},
     # the streaming path (chunked workers, several results per plan: mpi_runtime/master.py, _gather_stream)
     "fastest_k_abandon": {"name": "fastest_k", "k": 6},

@@ -1,4 +1,4 @@
-"""Simulator throughput (issue 3, section 8; issue 30).
+"""Simulator throughput: timing-only and training runs against what any simulator must spend.
 
 1. Timing only: 10,000 workers x 1,000 iterations of fastest-k (k = 9,000), late workers abandoning (one
    vectorised pass) and finishing (delays drawn ahead, one vectorised step per iteration). Target: under 2 s, and
@@ -10,8 +10,8 @@
    per second. Target: >= 500/s and >= 0.95x the baseline in the same run: the bare gradient computation of the
    same partitions and the loss evaluations the run asks for (every 50 iterations and the last: each a pass over
    all 20,000 samples, ~10 iterations' gradients), what any simulator must spend, so the ratio is the simulator's
-   own overhead. ``ratio_to_gradients`` is the ratio to the gradients alone (this benchmark's ratio before
-   issue 30, which counted the loss evaluations as overhead). ``floor_ratio_to_baseline``: the same ratio for the
+   own overhead. ``ratio_to_gradients`` is the ratio to the gradients alone (it counts the loss evaluations as
+   overhead). ``floor_ratio_to_baseline``: the same ratio for the
    least loop any simulator of this design runs (:func:`training_floor`: each iteration's delays from its own
    seeded generators, drawn a block ahead as the simulator does, the gradients, their sum and the step), so the best
    ratio a simulator could reach;
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 # one BLAS thread, as the Makefile's targets and docs/benchmarks.md's machine: with two on a shared 2-core host a
-# decode's small least-squares solve stalls for milliseconds (coded training, loaded host: 20.7 s vs 2.2 s)
+# decode's small least-squares solve stalls for milliseconds, and coded training runs several times slower
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402  (after the BLAS setting)
@@ -59,9 +59,9 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 def steady_allocator() -> None:
     """Fix glibc's mmap and trim thresholds (32 MB, 64 MB) for this process, so that no block of either side is
-    page-faulted in afresh: by default they move with the largest array freed so far, and the same baseline measured
-    0.14 s or 0.29 s depending on what the simulator had allocated before it (20,000-30,000 page faults a run). The
-    ratio then compares the arithmetic; a fresh process pays the faults once per block (docs/benchmarks.md)."""
+    page-faulted in afresh: by default they move with the largest array freed so far, and the same baseline can take
+    twice as long depending on what the simulator had allocated before it (tens of thousands of page faults a run).
+    The ratio then compares the arithmetic; a fresh process pays the faults once per block (docs/benchmarks.md)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:       # not glibc: its allocator, its own behaviour
@@ -158,9 +158,8 @@ def lean_loop(wl, delay, w0, n: int, k: int, batch: int, iterations: int, ahead:
 
 
 # the scheme methods a simulated iteration calls: what they spend is the scheme's own arithmetic
-SCHEME_METHODS = ("plan", "messages", "message_weights", "combine", "combine_sum", "stop_index", "emits",
-                  "stream_stop_index", "chunk_message", "combine_stream", "combine_stream_partials",
-                  "observe_chunks", "adapt", "record")
+SCHEME_METHODS = ("plan", "messages", "message", "message_weights", "combine", "combine_sum", "combine_partials",
+                  "stop_index", "emits", "observe_chunks", "adapt", "record")
 
 
 def scheme_seconds(fresh, delay, wl, iterations: int, clock) -> float:
@@ -222,7 +221,7 @@ def main() -> None:
                          "target": "< 2 s, <= 3x baseline", "met": sec[late] < 2.0 and ratio <= 3.0})
 
         # Exact codes in the timing-only path: the stop is the first decodable prefix of each iteration's arrival
-        # order (issue 28), against fastest_k with k = n - s on the same draws (the fixed-count pass) as baseline.
+        # order, against fastest_k with k = n - s on the same draws (the fixed-count pass) as baseline.
         for code, n, s, iters in (("cyclic_mds", 8, 2, 20_000), ("cyclic_repetition", 100, 10, 1_000),
                                   ("cyclic_mds", 100, 10, 1_000)):
             # a fresh scheme each repeat: its remembered verdicts would make the later repeats free

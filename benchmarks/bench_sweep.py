@@ -1,4 +1,4 @@
-"""Sweep throughput (issue 12, section 2): a 24-cell simulated sweep run serially and with ``--jobs 2``.
+"""Sweep throughput: a 24-cell simulated sweep run serially and with ``--jobs 2``.
 
 Each repeat runs the same sweep into fresh folders, once with ``jobs=1`` (the cells one after another in this
 process) and once with ``jobs=2`` (a pool of two worker processes), and checks that both give the same

@@ -1,4 +1,4 @@
-"""partial_coded vs coded (issue 30, section 4): where the partial-stragglers gain comes from and where it stops.
+"""partial_coded vs coded: where the partial-stragglers gain comes from and where it stops.
 
 Mean iteration time of ``coded`` (cyclic_repetition, ``s``) over that of ``partial_coded`` (the same cyclic
 assignment, a message after every chunk) on the simulator, timing only, n = 8, 60 iterations, seeds 0-2 (the same

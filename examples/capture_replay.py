@@ -1,9 +1,9 @@
 """Capture and replay: does a replay of one real run predict the other schemes on the same cluster?
 
 Question. ``gradcode trace export`` turns a run's measured per-worker times into a straggler trace, and the ``trace``
-delay model replays it in the simulator under any scheme (issue 14, sections 4 and 5). If the stragglers of a real
-cluster are a property of its workers (not of the scheme that runs on them), one captured ``sync`` run should
-predict every other scheme's iteration time. Does it, and where does it fail?
+delay model replays it in the simulator under any scheme. If the stragglers of a real cluster are a property of its
+workers (not of the scheme that runs on them), one captured ``sync`` run should predict every other scheme's
+iteration time. Does it, and where does it fail?
 
 Setup. MPI with natural timing (``[delay] name = "none"``: nothing injected, a response is real compute plus real
 transfer, records in wall seconds), ``n = 8`` workers plus the master on this machine, the ``mlp`` workload (digits,

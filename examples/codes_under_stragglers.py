@@ -21,7 +21,7 @@ Reed-Solomon 0.25, cyclic MDS 0.03 at 4 stragglers: the least-squares fallback);
 (plotted as a failure); the approximate codes start above zero at 1 straggler (expander 0.03, stochastic 0.04) and
 grow smoothly to ~0.5 at 14 (graph and ErasureHead stay exact longer). Part 2 (worst relative error, ours vs the table
 in ``docs/references.md#gradient-codes``): cyclic repetition 3e-11 / 1e-10 / 2e-9 (ref 7e-13 / 3e-12 / 1e-10, about
-10-40x worse: a different random ``H``); real cyclic MDS, in its default golden node order (issue 11), 4e-14 / 4e-12
+10-40x worse: a different random ``H``); real cyclic MDS, in its default golden node order, 4e-14 / 4e-12
 / 8e-9 (ref, natural order: 1e-14 / 3e-12 / 7e-10) with every burst below 5e-14, where the natural order *raises* on
 all 80 bursts at (80, 19) (residual above the 1e-8 tolerance) instead of returning the reference's 0.46-error
 gradient; at (80, 19) 5 of 200 random sets raise instead; complex cyclic MDS likewise (5e-9, 5 random sets raise at

@@ -1,4 +1,4 @@
-"""Partial work in the default experiment's world (issue 13): ``partial_coded`` against ``coded`` with the same
+"""Partial work in the default experiment's world: ``partial_coded`` against ``coded`` with the same
 cyclic assignment and ``s``, against fastest-k, anytime mini-batches and DropCompute; and how much of fastest-k's
 computation is wasted with and without interruptible workers.
 

@@ -10,7 +10,7 @@ partial_coded, ...): the simulator's loop on the wall clock. Iteration ``t``:
    results move is the transport's (``transport.py``).
 2. **Poll until the policy holds.** Every arrival is a message ``(worker, chunks)`` (a plan that is not chunked
    sends one, after its single chunk); the messages of iteration ``t``, in arrival order, go to the stop policy
-   (:meth:`gradcode.clusters.driver.StopPolicy.stream_holds`: the scheme's stop rule, or an exact code's fallback
+   (:meth:`gradcode.clusters.driver.StopPolicy.holds`: the scheme's stop rule, or an exact code's fallback
    set is in) until it holds or the plan's deadline passes with at least one. A message with non-finite values is
    an erasure: logged, never combined. Messages arriving after the stop are not used.
 3. **Conclude.** The scheme's estimate from the messages, ``w -= lr * g``, ``scheme.adapt``, one record (written
@@ -220,7 +220,7 @@ class Master(Driver):
         if not current:
             it.stale += 1
         # the stop rule changes only with a new message (the deadline is out_of_time's): asked once for each
-        return held or (use and self.policy.stream_holds(it.received, plan, it.fallback))
+        return held or (use and self.policy.holds(it.received, plan, it.fallback))
 
     def _keep(self, it: _Iteration, plan, i: int, res: Result) -> bool:
         """A message of this iteration: unless an erasure, appended to ``it.received`` and added to the running
@@ -278,8 +278,7 @@ class Master(Driver):
             if not self.port.streaming:
                 ideal = master_iteration(self.policy, plan, start, np.maximum(start, free), compute, comm)
                 self.expected_free[sent] = it.stamp + it.emulated[sent] * self.scale
-                it.fallback = self.policy.stream_fallback([(int(i), plan.chunks(int(i))) for i in ideal.responders],
-                                                          plan)
+                it.fallback = self.policy.fallback(ideal.responders, plan)
                 return ideal
             begin = np.maximum(start, free) if it.late == "finish" or plan.chunked else np.full(self.n, start)
             ideal = stream_iteration(self.policy, plan, start, begin, compute, comm, it.late)
@@ -288,7 +287,7 @@ class Master(Driver):
         self.expected_free[:] = np.where(ideal.started, it.stamp + (ideal.free - start) * self.scale,
                                          self.expected_free)
         self.scheme.observe_chunks(it.t, compute / plan.chunk_counts)
-        it.fallback = self.policy.stream_fallback(ideal.received, plan)
+        it.fallback = self.policy.fallback(ideal.received, plan)
         return ideal
 
     # --- conclude -------------------------------------------------------------------------------------------
@@ -298,7 +297,7 @@ class Master(Driver):
             combined = self.scheme.combine_weighted(self.total, it.received, plan)
         else:
             messages = P.from_payload(self.inbox[:len(it.received)], self.port.is_complex)
-            combined = self.scheme.combine_stream(messages, it.received, plan)
+            combined = self.scheme.combine(messages, it.received, plan)
         fields = dict(ideal_end=it.start + (ideal.end - ideal.start), combined=combined, stale=it.stale,
                       erasures=it.erasures, overruns=it.overruns,
                       ideal_responders=[int(i) for i in ideal.responders],

@@ -9,9 +9,8 @@ Worker ``i`` (rank ``i + 1``) loops:
    or copied out at once when a message may leave before the last chunk is computed (a streaming run).
 2. **Compute chunk by chunk.** A plan that is not chunked is one chunk: all of the worker's partitions at once.
    Chunk ``j`` is the real gradients of its partitions (``workload.gradients``); if the scheme wants a message
-   after it (``scheme.emits``) the message is built and staged at once (``scheme.message``, or
-   ``scheme.chunk_message`` for a chunked plan), written into the worker's shared ring where there is one. Every
-   rank built the same workload and scheme from the spec.
+   after it (``scheme.emits``) the message is built and staged at once (``scheme.message``), written into the
+   worker's shared ring where there is one. Every rank built the same workload and scheme from the spec.
 3. **Emulate the time.** The delay model's draw for this worker and plan (``delay.sample(seed, t, n, load)``, the
    simulator's common random numbers) gives ``compute`` and ``comm`` model units; chunk ``j`` ends at ``begin +
    compute (j + 1) / L`` (times ``time_scale`` seconds) with ``begin = max(start of the iteration at the master,
@@ -186,8 +185,7 @@ class Worker:
             job.ends[j:] = [e + spent for e in job.ends[j:]]
         if j + 1 in job.emits:
             stacked = np.stack(job.partials)
-            msg = (self.scheme.chunk_message(self.i, j + 1, stacked, job.plan) if wp.chunked
-                   else self.scheme.message(self.i, stacked, job.plan))
+            msg = self.scheme.message(self.i, j + 1, stacked, job.plan)
             job.ended = not job.more(j)
             staged = self.port.stage(wp.t, P.as_payload(msg, self.port.is_complex))
             job.queue.append(_Queued(job.ends[j] + job.comm, j + 1, staged, job.ended))

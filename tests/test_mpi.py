@@ -79,7 +79,7 @@ def _master_gaps(spec: dict) -> float:
         arrive = begin + compute[0] + comm[0]
         times = np.sort(arrive[np.isfinite(arrive)])
         order = np.argsort(arrive, kind="stable")[:len(times)]
-        m = StopPolicy(scheme).count(order, arrive, clock, plan)     # an exact code: its first decodable prefix
+        m = StopPolicy(scheme).count(order, times, clock, plan)     # an exact code: its first decodable prefix
         end = times[m - 1]
         if m < len(times):     # who is in and who is out must not depend on timing noise
             smallest = min(smallest, float(times[m] - times[m - 1]))

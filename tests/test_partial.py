@@ -110,14 +110,14 @@ def test_split_messages_decode_exactly_with_duplicates_and_any_order(l):
         received = received[:2] + received[:2] + received[2:]          # duplicates
         msgs = _messages(sch, plan, received, G)
         assert msgs.shape == (len(received), d // l) and sch.message_size(d) == d // l
-        k = sch.stream_stop_index(received, plan)
-        assert k is not None and sch.stream_done(received[:k], plan) and not sch.stream_done(received[:k - 1], plan)
-        out = sch.combine_stream(msgs[:k], received[:k], plan)
+        k = sch.stop_index(received, plan)
+        assert k is not None and sch.done(received[:k], plan) and not sch.done(received[:k - 1], plan)
+        out = sch.combine(msgs[:k], received[:k], plan)
         assert out.method == "exact" and out.residual <= 1e-12
         np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-10, atol=1e-12)
         if trial == 0:   # one copy short: audible, not silent (the scheme warns once per set of messages)
             with pytest.warns(DecodeFallbackWarning):
-                short = sch.combine_stream(msgs[:k - 1], received[:k - 1], plan)
+                short = sch.combine(msgs[:k - 1], received[:k - 1], plan)
             assert short.method == "fallback" and short.residual > 1e-3
 
 
@@ -127,12 +127,12 @@ def test_split_needs_l_copies_and_approximate_mode_uses_fewer():
     plan = sch.plan(0)
     G = _partials(n, d=d)
     received = [(0, 1), (3, 2), (1, 1)]      # chunk 0 from workers 0 and 3 (in); chunk 1 from worker 1 only
-    assert not sch.stream_done(received, plan)
-    out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+    assert not sch.done(received, plan)
+    out = sch.combine(_messages(sch, plan, received, G), received, plan)
     assert out.method == "approximate"
     assert out.residual == pytest.approx(np.sqrt((1 + 2 + 2) / (n * l)))   # chunk 1 half in, chunks 2-3 missing
     received += [(0, 2)]                      # chunk 1 from a second worker: two chunks in, wait = 2
-    assert sch.stream_done(received, plan)
+    assert sch.done(received, plan)
 
 
 def test_split_rejects_what_it_does_not_cover():
@@ -177,7 +177,7 @@ def _partials(n_parts, d=5, seed=0):
 
 
 def _messages(sch, plan, received, G):
-    return np.stack([sch.chunk_message(i, c, G[list(plan.parts[i][:c])], plan) for i, c in received])
+    return np.stack([sch.message(i, c, G[list(plan.parts[i][:c])], plan) for i, c in received])
 
 
 @pytest.mark.parametrize("group", [1, 2, 3])
@@ -191,8 +191,8 @@ def test_stream_with_duplicates_and_any_arrival_order_decodes_exactly(group):
     for _ in range(5):
         received = [every[k] for k in rng.permutation(len(every))]
         received += received[:3]                                     # a message delivered twice
-        assert sch.stream_done(received, plan)
-        out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+        assert sch.done(received, plan)
+        out = sch.combine(_messages(sch, plan, received, G), received, plan)
         assert out.method == "exact" and out.residual <= 1e-8
         np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-10, atol=1e-12)
 
@@ -200,7 +200,7 @@ def test_stream_with_duplicates_and_any_arrival_order_decodes_exactly(group):
 @pytest.mark.parametrize("mode", ["exact", "approximate"])
 def test_summing_on_arrival_equals_the_decode_of_every_message(mode):
     """The MPI master adds streamed chunks up as they arrive (``arrival_weight``, fixed when a message comes in) and
-    finishes with ``combine_weighted``: the same estimate, residual and method as ``combine_stream`` over all of
+    finishes with ``combine_weighted``: the same estimate, residual and method as ``combine`` over all of
     them, for any arrival order, duplicates, and prefixes that miss chunks."""
     n, s = 6, 2
     sch = make_scheme("partial_coded", n=n, s=s, order="natural", mode=mode)
@@ -218,14 +218,14 @@ def test_summing_on_arrival_equals_the_decode_of_every_message(mode):
             total += sch.arrival_weight(received[:m + 1], plan) * messages[m]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DecodeFallbackWarning)
-            want = sch.combine_stream(messages, received, plan)
+            want = sch.combine(messages, received, plan)
             got = sch.combine_weighted(total, received, plan)
         np.testing.assert_allclose(got.gradient, want.gradient, rtol=1e-12, atol=1e-14)
         assert (got.residual, got.method) == (want.residual, want.method)
         assert got.gradient is not total            # the master reuses its sum next iteration
 
 
-def test_only_whole_chunk_messages_sum_on_arrival():
+def test_only_whole_messages_sum_on_arrival():
     """Tandon's second messages, groups of chunks and split messages are weighted by the whole received set."""
     assert make_scheme("fastest_k", n=4, k=3).sums_on_arrival               # averaging: one message per worker
     assert not make_scheme("coded", n=4, code="cyclic_repetition", s=1).sums_on_arrival
@@ -233,14 +233,14 @@ def test_only_whole_chunk_messages_sum_on_arrival():
         assert not make_scheme("partial_coded", n=4, s=1, **params).sums_on_arrival
 
 
-def test_stream_stop_index_is_the_first_prefix_that_covers():
+def test_stop_index_is_the_first_prefix_that_covers():
     sch = make_scheme("partial_coded", n=4, s=1, order="natural")
     plan = sch.plan(0)
     # worker i's chunks: (i, i+1); (3, 2) is chunk 0, so chunk 3 first comes with (3, 1), the sixth message
     received = [(0, 1), (0, 1), (1, 1), (3, 2), (2, 1), (3, 1)]
-    k = sch.stream_stop_index(received, plan)
-    assert k == 6 and not sch.stream_done(received[:5], plan)
-    assert sch.stream_stop_index(received[:5], plan) is None
+    k = sch.stop_index(received, plan)
+    assert k == 6 and not sch.done(received[:5], plan)
+    assert sch.stop_index(received[:5], plan) is None
 
 
 def test_exact_mode_that_cannot_decode_falls_back_audibly():
@@ -249,7 +249,7 @@ def test_exact_mode_that_cannot_decode_falls_back_audibly():
     G = _partials(4)
     received = [(0, 1), (1, 1)]
     with pytest.warns(DecodeFallbackWarning):
-        out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+        out = sch.combine(_messages(sch, plan, received, G), received, plan)
     assert out.method == "fallback" and out.residual > 1e-8
 
 
@@ -264,10 +264,10 @@ def test_exact_mode_keeps_the_codes_error_margin(monkeypatch):
     messages = _messages(sch, plan, received, G)
     for residual, exact in ((sch.tol / 2, False), (sch.tol / ERROR_MARGIN, True)):
         monkeypatch.setattr(sch, "_weights", lambda rec, p, r=residual: (np.ones(len(rec)) / 2, r))
-        assert sch.stream_done(received, plan) is exact
+        assert sch.done(received, plan) is exact
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DecodeFallbackWarning)
-            assert sch.combine_stream(messages, received, plan).method == ("exact" if exact else "fallback")
+            assert sch.combine(messages, received, plan).method == ("exact" if exact else "fallback")
 
 
 def test_tandon_needs_every_first_message_and_a_decodable_code():
@@ -277,11 +277,11 @@ def test_tandon_needs_every_first_message_and_a_decodable_code():
     assert plan.n_parts == 5 * own + 5 and sch.emits(0, plan) == (own, 4)
     firsts = [(i, own) for i in range(5)]
     seconds = [(i, 4) for i in range(5)]
-    assert sch.stream_done(firsts + seconds[:4], plan)
-    assert not sch.stream_done(firsts[1:] + seconds, plan)        # worker 0's own chunks never came
+    assert sch.done(firsts + seconds[:4], plan)
+    assert not sch.done(firsts[1:] + seconds, plan)        # worker 0's own chunks never came
     G = _partials(plan.n_parts)
     received = seconds[2:] + firsts[::-1] + seconds[:1]
-    out = sch.combine_stream(_messages(sch, plan, received, G), received, plan)
+    out = sch.combine(_messages(sch, plan, received, G), received, plan)
     assert out.method == "exact"
     np.testing.assert_allclose(out.gradient, G.sum(axis=0), rtol=1e-9, atol=1e-10)
 
@@ -505,7 +505,7 @@ def test_a_timing_only_run_takes_any_l():
                                     {"s": 2, "mode": "approximate", "wait": 5}])
 def test_partial_coded_from_the_partials_is_its_messages_combine(monkeypatch, params):
     """The simulator combines partial_coded's stream from every partition's gradients where the scheme can
-    (``combine_stream_partials``: whole chunks, one per message) and from its messages otherwise; both give the same
+    (``combine_partials``: whole chunks, one per message) and from its messages otherwise; both give the same
     run, to rounding. And the scheme's own ``message_parts`` (by arithmetic on ``group``) is the base class's (by
     the emits) for every message of every worker."""
     from gradcode.schemes._base import Scheme
@@ -522,7 +522,7 @@ def test_partial_coded_from_the_partials_is_its_messages_combine(monkeypatch, pa
                         loss_every=1, lr=0.01, late_workers="between_chunks")
 
     fast = run()
-    monkeypatch.setattr(type(scheme), "combine_stream_partials", Scheme.combine_stream_partials)
+    monkeypatch.setattr(type(scheme), "combine_partials", Scheme.combine_partials)
     slow = run()
     for a, b in zip(fast.records, slow.records, strict=True):
         assert np.array_equal(a["received"], b["received"]) and a["end"] == b["end"] and a["method"] == b["method"]

@@ -87,15 +87,15 @@ def test_stop_counts():
 def test_fractional_repetition_stops_at_first_cover():
     # groups {0,1,2}, {3,4,5}: worker 0 then worker 4 cover both groups
     scheme = make_scheme("coded", n=6, code="fractional_repetition", s=2)
-    assert scheme.stop_index([0, 1, 4, 2, 3, 5]) == 3
-    assert scheme.stop_index([0, 4, 1, 2, 3, 5]) == 2
-    assert scheme.stop_index([0, 1, 2]) is None
+    assert scheme.stop_index([0, 1, 4, 2, 3, 5], scheme.plan(0)) == 3
+    assert scheme.stop_index([0, 4, 1, 2, 3, 5], scheme.plan(0)) == 2
+    assert scheme.stop_index([0, 1, 2], scheme.plan(0)) is None
 
 
 def test_mds_stops_at_n_minus_s():
     scheme = make_scheme("coded", n=10, code="cyclic_mds", s=3)
     order = list(np.random.default_rng(1).permutation(10))
-    assert scheme.stop_index(order) == 7
+    assert scheme.stop_index(order, scheme.plan(0)) == 7
 
 
 SUMMING = {"sync": {}, "fastest_k": {"k": 3}, "backup": {"b": 2}, "adaptive_k": {"k0": 2},
@@ -136,7 +136,7 @@ def test_coded_combine_recovers_sum_and_reports_residual():
     plan = scheme.plan(0)
     P = np.random.default_rng(0).standard_normal((8, 5))
     responders = [7, 0, 3, 5, 1, 2]
-    msgs = np.stack([scheme.message(i, P[list(plan.parts[i])], plan) for i in responders])
+    msgs = np.stack([scheme.message(i, 1, P[list(plan.parts[i])], plan) for i in responders])
     out = scheme.combine(msgs, responders, plan)
     np.testing.assert_allclose(out.gradient, P.sum(axis=0), atol=1e-9)
     assert out.method == "exact" and out.residual < 1e-8

@@ -361,11 +361,11 @@ def test_stop_policy_virtual_and_wall_clock_forms_agree():
         for seed in range(20):
             arrive = np.random.default_rng(seed).exponential(size=6)
             order = np.argsort(arrive)
-            m = policy.count(order, arrive, 0.0, plan)
+            m = policy.count(order, arrive[order], 0.0, plan)
             responders: list[int] = []
             for i in order:
                 responders.append(int(i))
-                if policy.holds(responders, None):
+                if policy.holds(responders, plan, None):
                     break
             assert len(responders) == m
     # an exact code whose answering workers cannot decode: all that answer, and the wall clock waits for the same
@@ -373,17 +373,18 @@ def test_stop_policy_virtual_and_wall_clock_forms_agree():
     policy = StopPolicy(scheme)
     arrive = np.array([1.0, np.inf, 2.0, np.inf, np.inf, np.inf])
     order = np.array([0, 2])
-    assert policy.count(order, arrive, 0.0, scheme.plan(0)) == 2
-    fallback = policy.fallback([0, 2])
-    assert fallback == {0, 2}
-    assert not policy.holds([0], fallback) and policy.holds([0, 2], fallback)
-    assert policy.fallback([0, 1, 2, 3]) is None       # decodable: no fallback
+    plan = scheme.plan(0)
+    assert policy.count(order, arrive[order], 0.0, plan) == 2
+    fallback = policy.fallback([0, 2], plan)
+    assert fallback == {(0, 1), (2, 1)}      # messages (worker, chunks): one each
+    assert not policy.holds([0], plan, fallback) and policy.holds([0, 2], plan, fallback)
+    assert policy.fallback([0, 1, 2, 3], plan) is None       # decodable: no fallback
     with pytest.raises(SimulationError, match=r"\[1, 3, 4, 5\]"):
-        StopPolicy(make_scheme("sync", n=6)).count(order, arrive, 0.0, scheme.plan(0))
+        StopPolicy(make_scheme("sync", n=6)).count(order, arrive[order], 0.0, scheme.plan(0))
     # a deadline cuts at the last arrival in time, once one has arrived
     approx = make_scheme("coded", n=6, code="expander", s=2, deadline=1.5)
     arrive = np.array([1.0, 2.0, 0.5, 3.0, 1.4, 9.0])
-    assert StopPolicy(approx).count(np.argsort(arrive), arrive, 0.0, approx.plan(0)) == 3
+    assert StopPolicy(approx).count(np.argsort(arrive), np.sort(arrive), 0.0, approx.plan(0)) == 3
     assert StopPolicy.out_of_time([2], 1.5, approx.plan(0)) and not StopPolicy.out_of_time([], 9.0, approx.plan(0))
 
 
@@ -468,11 +469,11 @@ def test_the_stop_of_an_exact_code_is_its_first_decodable_prefix(params, data, s
     expected = [first_decodable_prefix(fresh, order) for order in orders]
     assert all(m is not None for m in expected)                # all n always decode
     # the per-iteration path (and the MPI master's ideal) ...
-    assert [scheme.stop_index(np.array(order)) for order in orders] == expected
+    assert [scheme.stop_index(np.array(order), scheme.plan(0)) for order in orders] == expected
     # ... the MPI master's own rule, arrival by arrival ...
     policy = StopPolicy(scheme)
     for order, m in zip(orders, expected, strict=True):
-        got = next(k for k in range(1, n + 1) if policy.holds(list(order[:k]), None))
+        got = next(k for k in range(1, n + 1) if policy.holds(list(order[:k]), scheme.plan(0), None))
         assert got == m
     # ... and the timing-only pass, row by row
     times = np.empty((len(orders), n))
@@ -491,7 +492,7 @@ def test_the_combine_reuses_the_stops_exact_decode(code, n, s, monkeypatch):
     rng = np.random.default_rng(0)
     partials = rng.standard_normal((scheme.code.n_parts, 30))
     orders = [rng.permutation(n) for _ in range(25)]
-    stops = [scheme.stop_index(order) for order in orders]
+    stops = [scheme.stop_index(order, scheme.plan(0)) for order in orders]
     wants = [fresh.decoding(order[:m].tolist(), "auto") for order, m in zip(orders, stops, strict=True)]
     solves = []
     monkeypatch.setattr(type(scheme.code), "_optimal_weights",

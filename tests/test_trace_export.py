@@ -71,7 +71,7 @@ def test_export_errors_name_the_problem(tmp_path):
     for key in FIELDS:
         del old[key]
     _write(tmp_path / "old", [old])
-    with pytest.raises(ConfigError, match="worker_plan_received.*worker_delay.*issue 14"):
+    with pytest.raises(ConfigError, match="worker_plan_received.*worker_delay.*rerun the experiment"):
         export_trace(tmp_path / "old", tmp_path / "t.csv")
     run = _write(tmp_path / "run", [_rec(0, 0.0, [0.0], [1.0], [1.5])])
     with pytest.raises(ConfigError, match="--out .*existing folder"):

@@ -1,4 +1,4 @@
-"""Probe (issue 28): run the same small spec on the MPI cluster and the simulator and diff who ended each iteration.
+"""Probe: run the same small spec on the MPI cluster and the simulator and diff who ended each iteration.
 
 For every scheme (master, streaming, All-Reduce, abandon, deadline) and seed, per iteration:
 

@@ -1,4 +1,4 @@
-"""Probe (issue 11): exact-code decodes of random responder sets; count gradients off by more than 1e-8 that came
+"""Probe: exact-code decodes of random responder sets; count gradients off by more than 1e-8 that came
 back with no warning. Not a test (thousands of decodes).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/probes/probe_decode.py [--cases 3000] [--seed 0] [--code cyclic_mds]

@@ -1,4 +1,4 @@
-"""Probe (issue 11): gradcode tried as an adversarial user would, many cases, scripted; not a test (minutes).
+"""Probe: gradcode tried as an adversarial user would, many cases, scripted; not a test (minutes).
 
 Kinds (``--kinds``, default all):
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import GradcodeError
 from ..optim import Optimizer
-from ..schemes._base import Combined, Plan, Schedule, Scheme
+from ..schemes._base import Combined, Plan, Received, Schedule, Scheme, as_received
 from .records import HELDOUT_KEYS, build_record, summarize, work_fields
 
 
@@ -85,72 +85,53 @@ def relative_error(estimate: np.ndarray, truth: np.ndarray) -> float:
 # --- the stop policy ------------------------------------------------------------------------------------------
 class StopPolicy:
     """When a master iteration ends: when the scheme's stop rule holds (``done`` / ``stop_index``), or at the plan's
-    deadline once a message has arrived. An exact code whose workers that ever answer cannot decode takes them all
-    (the decoder falls back and the record's ``method`` says so); any other unmeetable rule is an error.
+    deadline once a message has arrived. An exact scheme whose messages that ever arrive cannot decode takes them
+    all (the decoder falls back and the record's ``method`` says so); any other unmeetable rule is an error.
 
-    :meth:`count` is the virtual clock's form (every arrival time known in advance), :meth:`holds` and
-    :meth:`out_of_time` the wall clock's (arrivals one at a time, with the fallback set the virtual clock found).
+    ``received`` are the messages ``(worker, chunks)`` in arrival order (:class:`~gradcode.schemes._base.Received`;
+    a list of workers: one message each). :meth:`count` is the virtual clock's form (every arrival known in
+    advance), :meth:`holds` and :meth:`out_of_time` the wall clock's (arrivals one at a time, with the fallback set
+    the virtual clock found).
     """
 
     def __init__(self, scheme: Scheme):
         self.scheme = scheme
 
-    def count(self, order: np.ndarray, arrive: np.ndarray, start: float, plan: Plan) -> int:
-        """How many first arrivals of ``order`` (workers by arrival time ``arrive``) end the iteration."""
-        m = self.scheme.stop_index(order)
-        if math.isfinite(plan.deadline):
-            in_time = int(np.searchsorted(arrive[order], start + plan.deadline, side="right"))
-            m = max(1, min(m, in_time)) if m is not None else max(1, in_time)
-            m = min(m, len(order))
-        if m is None or m == 0:
-            if len(order) and self.scheme.exact:
-                return len(order)  # all that ever answer: the decoder falls back (auto) and reports it
-            silent = sorted(set(range(self.scheme.n)) - set(order.tolist()))
-            raise SimulationError(
-                f"{self.scheme.name}: the stop rule cannot be met; workers {silent} never answer (infinite delay)"
-            )
-        return m
-
-    def fallback(self, responders: list[int]) -> set[int] | None:
-        """The responders the virtual clock ended with, if they are an exact code's fallback (not decodable)."""
-        return set(responders) if self.scheme.exact and not self.scheme.done(responders) else None
-
-    def holds(self, responders: list[int], fallback: set[int] | None) -> bool:
-        """May the iteration end with these responders (in arrival order)?"""
-        if self.scheme.done(responders):
-            return True
-        return fallback is not None and fallback <= set(responders)
-
-    def count_stream(self, received: list[tuple[int, int]], arrive: np.ndarray, start: float, plan: Plan) -> int:
-        """:meth:`count` for streamed messages ``(worker, chunks)`` in arrival order (arrival times ``arrive``)."""
-        m = self.scheme.stream_stop_index(received, plan)
+    def count(self, received, arrive: np.ndarray | None, start: float, plan: Plan) -> int:
+        """How many first messages of ``received`` end the iteration; ``arrive`` their arrival times (in the same
+        order; needed only when the plan has a deadline)."""
+        m = self.scheme.stop_index(received, plan)
         if math.isfinite(plan.deadline):
             in_time = int(np.searchsorted(arrive, start + plan.deadline, side="right"))
             m = max(1, min(m, in_time)) if m is not None else max(1, in_time)
             m = min(m, len(received))
         if m is None or m == 0:
-            if received and self.scheme.exact:
+            if len(received) and self.scheme.exact:
                 return len(received)  # everything that ever arrives: the decoder falls back and says so
+            silent = sorted(set(range(self.scheme.n)) - set(as_received(received).workers.tolist()))
+            if silent:
+                raise SimulationError(f"{self.scheme.name}: the stop rule cannot be met; workers {silent} never "
+                                      "answer (infinite delay)")
             raise SimulationError(f"{self.scheme.name}: the stop rule cannot be met; the messages that ever "
                                   f"arrive ({len(received)}) never suffice (infinite delays?)")
         return m
 
-    def stream_fallback(self, received: list[tuple[int, int]], plan: Plan) -> set | None:
+    def fallback(self, received, plan: Plan) -> set | None:
         """The messages the virtual clock ended with, if they are an exact scheme's fallback (not decodable)."""
-        if self.scheme.exact and not self.scheme.stream_done(received, plan):
-            return set(received)
+        if self.scheme.exact and not self.scheme.done(received, plan):
+            return set(as_received(received))
         return None
 
-    def stream_holds(self, received: list[tuple[int, int]], plan: Plan, fallback: set | None) -> bool:
-        """May a streamed iteration end with these messages (in arrival order)?"""
-        if self.scheme.stream_done(received, plan):
+    def holds(self, received, plan: Plan, fallback: set | None) -> bool:
+        """May the iteration end with these messages (in arrival order)?"""
+        if self.scheme.done(received, plan):
             return True
-        return fallback is not None and fallback <= set(received)
+        return fallback is not None and fallback <= set(as_received(received))
 
     @staticmethod
-    def out_of_time(responders: list[int], elapsed: float, plan: Plan) -> bool:
-        """Has the plan's deadline passed, ``elapsed`` after the start, with at least one responder?"""
-        return bool(responders) and elapsed >= plan.deadline
+    def out_of_time(received, elapsed: float, plan: Plan) -> bool:
+        """Has the plan's deadline passed, ``elapsed`` after the start, with at least one message?"""
+        return bool(len(received)) and elapsed >= plan.deadline
 
 
 # --- the virtual clock's arithmetic of one iteration ----------------------------------------------------------
@@ -175,7 +156,8 @@ def master_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     finite = np.isfinite(arrive)
     if not finite.all():      # (usually all are: then no gather of n times)
         order = order[finite[order]]
-    responders = order[:policy.count(order, arrive, start, plan)]     # a view: build_record keeps a copy
+    deadline = arrive[order] if math.isfinite(plan.deadline) else None
+    responders = order[:policy.count(Received(order), deadline, start, plan)]   # a view: build_record copies it
     end = float(arrive[responders[-1]])
     return Arrivals(start, end, begin, arrive, responders, took_up(begin, arrive, end))
 
@@ -279,7 +261,7 @@ class Stream:
     end: float
     begin: np.ndarray
     chunk_end: np.ndarray
-    received: list[tuple[int, int]]
+    received: Received       # or a list of (worker, chunks) pairs
     arrive: np.ndarray
     started: np.ndarray
     done: np.ndarray
@@ -290,12 +272,12 @@ class Stream:
     @cached_property
     def senders(self) -> np.ndarray:
         """The worker of each received message."""
-        return np.fromiter((i for i, _ in self.received), dtype=np.intp, count=len(self.received))
+        return as_received(self.received).workers
 
     @cached_property
     def counts(self) -> np.ndarray:
         """The chunks after which each received message was sent (its ``c``)."""
-        return np.fromiter((c for _, c in self.received), dtype=np.intp, count=len(self.received))
+        return as_received(self.received).chunks
 
     @cached_property
     def responders(self) -> np.ndarray:
@@ -360,9 +342,9 @@ def stream_iteration(policy: StopPolicy, plan: Plan, start: float, begin: np.nda
     times = ends[worker, chunks - 1] + comm[worker]
     order = np.argsort(times, kind="stable")
     order = order[np.isfinite(times[order])]
-    sorted_ids = list(zip(worker[order].tolist(), chunks[order].tolist(), strict=True))
-    m = policy.count_stream(sorted_ids, times[order], start, plan)
-    received, end = sorted_ids[:m], float(times[order[m - 1]])
+    arrived = Received(worker[order], chunks[order])
+    m = policy.count(arrived, times[order], start, plan)
+    received, end = arrived[:m], float(times[order[m - 1]])
     chunk_start = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
     took = (begin < end) | (ends[:, 0] <= end)
     if late == "finish":

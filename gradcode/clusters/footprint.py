@@ -5,14 +5,14 @@ worker) and turns a record into a JSON line (its ``n``-long lists as Python obje
 every record, its per-worker fields as numpy arrays: the responders (8 bytes each), a non-uniform ``load`` (8 bytes
 a worker), below ``WORKER_TIMES_MAX_N`` workers the five per-worker times (40 bytes a worker), and in a training run
 each worker's ``busy`` span and its work (32 bytes), plus a few copies of the ``n_parts x d`` partial gradients.
-Measured at ``n = 2 * 10^6`` (timing only: 180-230 bytes a worker, plus 8 per responder and iteration), the
-figures below are a little above what was seen. At ``n = 10^8`` the timing-only run needs about 20 GB before
+The figures below are set a little above what a timing-only run at ``n = 2 * 10^6`` uses (180-230 bytes a worker,
+plus 8 per responder and iteration). At ``n = 10^8`` the timing-only run needs about 20 GB before
 the first record: :func:`check_memory` refuses it with the figure instead of letting it swap or die in a
 ``MemoryError``.
 
 An MPI run (:func:`estimate_mpi_bytes`, checked by ``gradcode run`` before it launches) starts ``n + 1`` Python
-processes, each with its own interpreter, numpy, scipy and mpi4py (about 40 MB of private memory measured with
-MPICH, plus 7 MB of its shared-memory segments; the libraries' 45 MB of code once), and each builds the whole
+processes, each with its own interpreter, numpy, scipy and mpi4py (about 40 MB of private memory with MPICH,
+plus 7 MB of its shared-memory segments; the libraries' 45 MB of code once), and each builds the whole
 workload (its data); the master keeps a plan buffer per worker and the records, every worker two plan buffers and a
 message, and the node-local shared window the model slots and one message per worker. With ``--hostfile`` the
 ranks are spread over hosts and the check is not made (the estimate is for one host).

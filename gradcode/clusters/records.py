@@ -4,7 +4,7 @@
 loss and the scheme's state); large per-worker fields are stored compactly (:func:`per_worker`,
 :func:`compact_responders`, :func:`worker_times`) and read back with the ``record_*`` functions. In memory a
 per-worker field is a numpy array (NaN for "no value"), in a file a JSON list (null): turning ``n``-long arrays
-into Python lists cost a training run at ``n = 100`` a third of the simulator's own time, and the readers take
+into Python lists would cost a training run a large share of the simulator's own time, and the readers take
 either. A :class:`RecordWriter` writes them as JSON lines, :func:`summarize` aggregates them (never recomputing
 what a cluster measured) and :func:`write_summary` writes ``summary.json``.
 """
@@ -268,7 +268,7 @@ def divergence(records: list[dict[str, Any]]) -> str | None:
     :data:`DIVERGENCE_FACTOR` times the first recorded one (after iteration 0's step), even if it came back down
     later (small first batches at a full-batch step: the run's times then measure a blow-up). The summary says so
     (``diverged``, ``divergence_note``), as do the terminal and the report: such a run's times are not a comparison
-    of schemes (issue 28: adaptive_k_load at its workload's step went from 15.6 to 704)."""
+    of schemes (a loss that grew tenfold on the way says more about the step than about the scheme)."""
     losses = [(r["iteration"], r["loss"]) for r in records if r.get("loss") is not None]
     if not losses:
         return None

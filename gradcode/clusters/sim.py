@@ -46,7 +46,7 @@ import numpy as np
 from ..delays import make_delay
 from ..errors import ConfigError, check_float, check_int, check_seed
 from ..schemes import Scheme
-from ..schemes._base import Combined, Plan
+from ..schemes._base import Combined, Plan, Received
 from ..workloads import make_workload
 from .driver import (
     LATE_WORKERS,
@@ -174,7 +174,7 @@ def stop_counts(scheme: Scheme, plan: Plan, order: np.ndarray, response: np.ndar
     counts = np.empty(len(order), dtype=np.int64)
     for j, row in enumerate(order):
         row = row[np.isfinite(response[j, row])]
-        counts[j] = policy.count(row, response[j], 0.0, plan)
+        counts[j] = policy.count(Received(row), response[j, row], 0.0, plan)
     return counts
 
 
@@ -325,10 +325,11 @@ class SimulatedCluster(Driver):
         (``message_weights``), gets both from one product ``(2, n_parts) @ (n_parts, d)``: one pass over the
         partials instead of a copy of the responders' rows and two sums (~50 us an iteration at n = 100, d = 1,000,
         a fifth of the simulator's own time there). The same numbers up to rounding (the order of the additions)."""
-        weights = self.scheme.message_weights(responders, plan) if self.scheme.sums_messages else None
+        received = Received(responders)
+        weights = self.scheme.message_weights(received, plan) if self.scheme.sums_messages else None
         if weights is None:
-            messages = self.scheme.messages(partials, responders, plan)
-            return self.scheme.combine(messages, responders.tolist(), plan), partials.sum(axis=0)
+            messages = self.scheme.messages(partials, received, plan)
+            return self.scheme.combine(messages, received, plan), partials.sum(axis=0)
         total, truth = np.stack([weights, np.ones(plan.n_parts)]) @ partials
         return self.scheme.combine_sum(total, len(responders), plan), truth
 
@@ -385,11 +386,9 @@ class SimulatedCluster(Driver):
             partials = self._partials(t, plan)
             # from the partials where the scheme can (one product, not a message per chunk: ~0.8 ms an iteration
             # of partial_coded at n = 100), else from the messages
-            combined = self.scheme.combine_stream_partials(partials, it.received, plan)
+            combined = self.scheme.combine_partials(partials, it.received, plan)
             if combined is None:
-                messages = np.stack([self.scheme.chunk_message(i, c, partials[list(plan.parts[i][:c])], plan)
-                                     for i, c in it.received])
-                combined = self.scheme.combine_stream(messages, it.received, plan)
+                combined = self.scheme.combine(self.scheme.messages(partials, it.received, plan), it.received, plan)
             truth = partials.sum(axis=0)
             arrive = np.full(self.n, -np.inf)
             np.maximum.at(arrive, it.senders, it.arrive)

@@ -82,7 +82,7 @@ class DelayModel:
 
     @functools.cached_property
     def _dist(self):
-        import scipy.stats  # imported here: scipy.stats costs 0.3 s at start-up, on every MPI rank
+        import scipy.stats  # imported here: slow to import, on every MPI rank
 
         return self._scipy(scipy.stats)
 

@@ -262,8 +262,8 @@ class Sum(Term):
 
 
 class _Exponential(Scaled):
-    """Exponential communication of mean ``scale``: draws ``-scale log(1 - u)`` with the arithmetic of every
-    earlier version (bit for bit)."""
+    """Exponential communication of mean ``scale``: draws ``-scale log(1 - u)``, this exact arithmetic, so that a
+    seed draws the same times bit for bit in every version."""
 
     def ppf(self, u):
         np.negative(u, out=u)

@@ -59,7 +59,7 @@ def order_survival(k: int, counts: list[int], Ss: list[np.ndarray]) -> np.ndarra
     pmf[:, 0] = 1.0
     for c, S in zip(counts[1:], Ss[1:], strict=True):
         j = np.arange(min(c, K - 1) + 1)
-        S_ = np.clip(S[:, None], 0.0, 1.0)   # binomial pmf in numpy (scipy.stats' per-call overhead dominated)
+        S_ = np.clip(S[:, None], 0.0, 1.0)   # binomial pmf in numpy (scipy.stats' per-call overhead would dominate)
         gp = scipy.special.comb(c, j)[None, :] * (1.0 - S_) ** j[None, :] * S_ ** (c - j)[None, :]  # (m, len(j))
         new = np.zeros((m, K))
         for jj in j:
@@ -107,7 +107,7 @@ def exact_discrete(k: int, groups: list, load: float) -> float:
 def integrate(k: int, n: int, groups: list, load: float) -> tuple[float, float]:
     """``(E[T_(k:n)], error estimate)`` by quadrature of ``P(T_(k:n) > t)`` (the groups' total CDFs include
     their load-independent terms)."""
-    import scipy.integrate  # imported here: scipy.stats/integrate cost 0.3 s at start-up, on every MPI rank
+    import scipy.integrate  # imported here: slow to import, on every MPI rank
     import scipy.stats
 
     counts = [c for c, _ in groups]

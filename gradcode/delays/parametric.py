@@ -2,9 +2,10 @@
 
 Each is a few one-line methods, as in ``scipy.stats``: ``_scipy`` is the distribution frozen from ``scipy.stats``
 (its definition: the mean and the support come from it, and the tests check the fast paths against it), ``_ppf``
-the inverse CDF in place on the common uniforms (the sampling fast path, bit-for-bit what every earlier version
-drew), ``_unit_cdf``/``_unit_sf`` closed forms in numpy (fast paths: the order-statistic quadrature evaluates them
-a few hundred times a call, and a frozen distribution's per-call overhead made it three times slower), and
+the inverse CDF in place on the common uniforms (the sampling fast path, kept bit for bit so that a seed draws
+the same delays in every version), ``_unit_cdf``/``_unit_sf`` closed forms in numpy (fast paths: the order-statistic
+quadrature evaluates them a few hundred times a call, and a frozen distribution's per-call overhead would dominate
+it), and
 ``_eos_closed`` the closed form of ``E[T_(k:n)]`` where one exists. See ``docs/references.md#delay-models``.
 """
 

@@ -59,7 +59,7 @@ def _first_seed(runs: list) -> list:
     return [r for r in runs if r.meta["seed"] == seed]
 
 
-MAX_COLUMNS = 3   # panels per row: five delay models in one row made a 2340x324 strip
+MAX_COLUMNS = 3   # panels per row: five delay models in one row would make a 2340x324 strip
 PANEL = (5.0, 3.8)   # inches per panel (width, height)
 
 

@@ -259,7 +259,7 @@ def write_figures(rows: list[dict], swept: list[str], out: Path, metric: str = "
     """Draw ``regime_map.png`` and ``computation_speedup.png`` into folder ``out``; the names written (none when
     there is nothing to draw: no sync, or no scheme with a value). ``jobs > 1``: the second figure is drawn in a
     forked process while this one draws the first (matplotlib is single-threaded, and the figures are a parallel
-    sweep's serial tail: issue 30)."""
+    sweep's serial tail)."""
     table = winners(rows, swept, metric)
     if not any(_is_baseline(r) for r in rows) or not any(w["winner"] for w in table):
         return []

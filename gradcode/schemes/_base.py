@@ -3,10 +3,15 @@
 
 1. **plan** (:meth:`Scheme.plan`): what each worker computes at iteration ``t`` - its partitions, its load, and for
    a decentralized scheme the chunks (micro-batches) and the local time limit;
-2. **encode** (:meth:`Scheme.message`): how worker ``i`` turns its partial gradients into its one message;
-3. **stop** (:meth:`Scheme.done` / :meth:`Scheme.stop_index`): may the iteration end with these responders?
+2. **encode** (:meth:`Scheme.emits`, :meth:`Scheme.message`): after which chunks worker ``i`` sends, and how it
+   turns its partial gradients into a message;
+3. **stop** (:meth:`Scheme.done` / :meth:`Scheme.stop_index`): may the iteration end with these messages?
 4. **combine and adapt** (:meth:`Scheme.combine`, :meth:`Scheme.adapt`): the gradient estimate from the received
    messages, and what the scheme learns for the next iteration.
+
+One message model: every plan is a list of chunks per worker (all-or-nothing work is one chunk), and what arrives is
+a message ``(worker, chunks)`` (:class:`Received`); a scheme that sends once per plan answers on the workers of its
+messages.
 
 A scheme keeps its hyper-parameters (``self.params``, fixed and validated on construction) apart from the state that
 changes during a run (``self.state``, restored by :meth:`Scheme.reset`), and reports that state in every record
@@ -60,6 +65,10 @@ class Plan:
         """Chunks worker ``i`` computes: ``len(parts[i])`` in a chunked plan, else 1 (its whole load at once)."""
         return len(self.parts[i]) if self.chunked else 1
 
+    def chunk_parts(self, i: int, c: int) -> tuple[int, ...]:
+        """The partitions of worker ``i``'s first ``c`` chunks (an unchunked plan's one chunk: all its partitions)."""
+        return tuple(self.parts[i][:c]) if self.chunked else tuple(self.parts[i])
+
     @cached_property
     def chunk_counts(self) -> np.ndarray:
         """Every worker's :meth:`chunks`, an int array made once per plan (a streamed iteration asks for it four
@@ -94,6 +103,50 @@ class OwnParts(Sequence):
         return f"OwnParts(n={self.n})"
 
 
+class Received(Sequence):
+    """Messages in arrival order: message ``k`` came from worker ``workers[k]`` after its first ``chunks[k]`` chunks.
+    A sequence of ``(worker, chunks)`` pairs (iterating, indexing, ``set``), with the two columns as arrays for the
+    schemes and clusters that work on them at once; a slice is a :class:`Received`. ``chunks`` left out: one message
+    per worker, sent after its one chunk (an unchunked plan)."""
+
+    __slots__ = ("workers", "_chunks")
+
+    def __init__(self, workers, chunks=None):
+        self.workers = np.asarray(workers, dtype=np.intp)
+        self._chunks = None if chunks is None else np.asarray(chunks, dtype=np.intp)
+
+    @property
+    def chunks(self) -> np.ndarray:
+        return np.ones(len(self.workers), dtype=np.intp) if self._chunks is None else self._chunks
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return Received(self.workers[k], None if self._chunks is None else self._chunks[k])
+        return int(self.workers[k]), int(self.chunks[k])
+
+    def __iter__(self):
+        return zip(self.workers.tolist(), self.chunks.tolist(), strict=True)
+
+    def __repr__(self) -> str:
+        return f"Received({list(self)})"
+
+
+def as_received(received) -> Received:
+    """``received`` as :class:`Received`: messages ``(worker, chunks)``, or workers of one message each."""
+    if isinstance(received, Received):
+        return received
+    if isinstance(received, np.ndarray) and received.ndim in (1, 2):
+        return Received(received) if received.ndim == 1 else Received(received[:, 0], received[:, 1])
+    items = list(received)
+    if items and np.ndim(items[0]) == 1:
+        workers, chunks = zip(*items, strict=True)
+        return Received(workers, chunks)
+    return Received(np.asarray(items, dtype=np.intp).reshape(-1))
+
+
 @dataclass
 class Combined:
     """A gradient estimate and what decoding it cost: residual (0 for uncoded averaging) and method (both go into the
@@ -118,7 +171,8 @@ def shortest_prefix(holds, order, lo: int, hi: int) -> int:
 
 class Scheme:
     """Base class. Subclasses set ``name`` and implement ``plan``, ``done`` (or ``stop_count``) and ``combine`` (or
-    ``combine_sum``)."""
+    ``combine_sum``). ``received`` everywhere is the messages ``(worker, chunks)`` in arrival order (:class:`Received`,
+    or a list of pairs; a list of workers means one message each)."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -141,15 +195,14 @@ class Scheme:
     #: True for a scheme without a master (a :class:`DecentralizedScheme`): the cluster runs its :class:`Schedule`
     #: and an All-Reduce instead of handing plans out and waiting for messages.
     decentralized: ClassVar[bool] = False
-    #: True if ``combine(messages, F, plan)`` equals ``combine_sum(messages.sum(axis=0), len(F), plan)``: a cluster
+    #: True if ``combine(messages, R, plan)`` equals ``combine_sum(messages.sum(axis=0), len(R), plan)``: a cluster
     #: may then add the messages up as they arrive (the MPI master does, to keep the sum off the critical path).
     sums_messages: ClassVar[bool] = False
     #: True if the stop rule waits for a decodable set: when the workers that ever answer cannot decode, a cluster
     #: takes them all and the decoder falls back (the record's ``method`` says so) instead of failing.
     exact: bool = False
-    #: True if a worker may send several messages per plan (after chunks, :meth:`emits`): a cluster then stops and
-    #: combines on *messages* ``(worker, chunks done)`` (:meth:`stream_done`, :meth:`combine_stream`), not on
-    #: workers. Its plans are ``chunked``.
+    #: True if a worker may send several messages per plan (after chunks, :meth:`emits`), so that messages and
+    #: workers differ. Its plans are ``chunked``.
     streams: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
@@ -197,18 +250,39 @@ class Scheme:
         return np.broadcast_to(np.float64(1.0), (self.n,))
 
     # --- 2. encode ------------------------------------------------------------------------------------------
-    def message(self, i: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
-        """Worker ``i``'s message from the partial gradients of ``plan.parts[i]``: their plain sum."""
-        return np.asarray(partials).sum(axis=0)
+    def emits(self, i: int, plan: Plan) -> tuple[int, ...]:
+        """After how many of its chunks worker ``i`` sends a message (increasing); by default once, after its last
+        (an unchunked plan is one chunk: one message)."""
+        return (plan.chunks(i),)
 
-    def messages(self, partials: np.ndarray, responders, plan: Plan) -> np.ndarray:
-        """The messages of ``responders`` from the ``(n_parts, d)`` partial gradients of every partition, as a
-        ``(len(responders), d)`` array (what the simulator, which computes each partition once, needs)."""
-        return np.stack([self.message(int(i), partials[list(plan.parts[i])], plan) for i in responders])
+    def message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
+        """Worker ``i``'s message after its first ``c`` chunks, from the gradients ``partials`` of their partitions
+        (:meth:`Plan.chunk_parts`, in chunk order): by default the sum of the chunks done since its previous
+        message (an unchunked plan: of all its partitions)."""
+        partials = np.asarray(partials)
+        if not plan.chunked:
+            return partials.sum(axis=0)
+        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
+        return partials[prev:c].sum(axis=0)
 
-    def message_weights(self, responders, plan: Plan) -> np.ndarray | None:
-        """The ``responders``' messages added up, as weights on the partitions' gradients: ``c`` (``(n_parts,)``) with
-        ``messages(partials, responders, plan).sum(axis=0) == c @ partials``; None (the default) where a message is
+    def messages(self, partials: np.ndarray, received, plan: Plan) -> np.ndarray:
+        """The messages ``received`` (``(worker, chunks)`` pairs, or workers of one message each) from the
+        ``(n_parts, d)`` gradients of every partition, as a ``(len(received), d)`` array (what the simulator, which
+        computes each partition once, needs)."""
+        return np.stack([self.message(i, c, partials[list(plan.chunk_parts(i, c))], plan)
+                         for i, c in as_received(received)])
+
+    def message_parts(self, i: int, c: int, plan: Plan) -> tuple[int, ...]:
+        """The partitions whose gradients message ``(i, c)`` carries (what it *uses* of the worker's work): the
+        chunks since the worker's previous message (all its partitions in an unchunked plan)."""
+        if not plan.chunked:
+            return tuple(plan.parts[i])
+        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
+        return tuple(plan.parts[i][prev:c])
+
+    def message_weights(self, received, plan: Plan) -> np.ndarray | None:
+        """The messages ``received`` added up, as weights on the partitions' gradients: ``c`` (``(n_parts,)``) with
+        ``messages(partials, received, plan).sum(axis=0) == c @ partials``; None (the default) where a message is
         not such a sum. With :attr:`sums_messages` it lets a simulator combine from one pass over the partials."""
         return None
 
@@ -224,42 +298,47 @@ class Scheme:
 
     # --- 3. stop --------------------------------------------------------------------------------------------
     def stop_count(self) -> int | None:
-        """If the stop rule is "the first m arrivals", that ``m``; ``None`` if it depends on who arrived."""
+        """If the stop rule is "the first m messages", that ``m``; ``None`` if it depends on who sent them."""
         return None
 
-    def done(self, responders) -> bool:
-        """May the iteration end, given the responders so far (in arrival order)?"""
+    def done(self, received, plan: Plan) -> bool:
+        """May the iteration end, given the messages ``received`` so far (in arrival order)?"""
         m = self.stop_count()
-        return m is not None and len(responders) >= m
+        return m is not None and len(received) >= m
 
-    def stop_index(self, order) -> int | None:
-        """Number of first arrivals of ``order`` after which the iteration ends; ``None`` if never.
+    def stop_index(self, received, plan: Plan) -> int | None:
+        """Number of first messages of ``received`` after which the iteration ends; ``None`` if never.
 
         The default uses :meth:`stop_count` or a binary search over prefixes, valid because every stop rule here is
-        monotone: a superset of a sufficient responder set is sufficient.
+        monotone: a superset of a sufficient set of messages is sufficient.
         """
         m = self.stop_count()
         if m is not None:
-            return m if m <= len(order) else None
-        if not self.done(order):
+            return m if m <= len(received) else None
+        if not len(received) or not self.done(received, plan):
             return None
-        return shortest_prefix(self.done, order, 1, len(order))
+        return shortest_prefix(lambda prefix: self.done(prefix, plan), received, 1, len(received))
 
     # --- 4. combine and adapt -------------------------------------------------------------------------------
-    def combine(self, messages: np.ndarray, responders, plan: Plan) -> Combined:
-        """The estimate from the ``(len(responders), d)`` messages; by default from their plain sum
+    def combine(self, messages: np.ndarray, received, plan: Plan) -> Combined:
+        """The estimate from the ``(len(received), d)`` messages; by default from their plain sum
         (:meth:`combine_sum`). A scheme that decodes overrides this."""
-        # (responders are not indexed here: in a decentralized step they are the kept chunks, not workers)
+        # (received is not indexed here: in a decentralized step it lists the kept chunks, not messages)
         messages = check_numeric("messages", messages)
-        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
-            raise ConfigError(f"messages must have one row per responder: expected shape ({len(responders)}, d), "
-                              f"got {messages.shape}")
-        return self.combine_sum(messages.sum(axis=0), len(responders), plan)
+        if messages.ndim not in (1, 2) or messages.shape[0] != len(received):
+            raise ConfigError(f"messages must have one row per message received: expected shape "
+                              f"({len(received)}, d), got {messages.shape}")
+        return self.combine_sum(messages.sum(axis=0), len(received), plan)
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The estimate from ``total``, the plain sum of the gradients of ``parts`` partitions (one per message of an
         averaging scheme, one per kept chunk of a decentralized one)."""
         raise NotImplementedError(f"{self.name} combines its messages one by one, not their sum")
+
+    def combine_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
+        """:meth:`combine` of the messages ``received`` from every partition's ``(n_parts, d)`` gradients, what a
+        simulator has, without making the messages; None (the default) where the scheme needs them."""
+        return None
 
     def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:
         """Learn from iteration ``t`` (its estimate and its duration). Most schemes learn nothing."""
@@ -268,61 +347,13 @@ class Scheme:
         """The state to report in this iteration's record (``k``, ``tau``, ``stage``, ... where relevant)."""
         return {}
 
-    # --- streaming: several messages per worker and plan (``streams = True``) ------------------------------------
-    def emits(self, i: int, plan: Plan) -> tuple[int, ...]:
-        """After how many of its chunks worker ``i`` sends a message (increasing); by default once, at the end."""
-        return (plan.chunks(i),)
-
-    def chunk_message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
-        """Worker ``i``'s message after its first ``c`` chunks, from their gradients ``partials`` (``(c, d)``, in
-        chunk order): by default the sum of the chunks done since its previous message."""
-        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
-        return np.asarray(partials)[prev:c].sum(axis=0)
-
-    def message_parts(self, i: int, c: int, plan: Plan) -> tuple[int, ...]:
-        """The partitions whose gradients message ``(i, c)`` carries (what it *uses* of the worker's work): the
-        chunks since the worker's previous message (all its partitions in an unchunked plan)."""
-        if not plan.chunked:
-            return tuple(plan.parts[i])
-        prev = max((e for e in self.emits(i, plan) if e < c), default=0)
-        return tuple(plan.parts[i][prev:c])
-
-    def stream_done(self, received, plan: Plan) -> bool:
-        """May the iteration end, given the messages ``(worker, chunks)`` received so far (in arrival order)? By
-        default (one message per worker) :meth:`done` of the workers that sent them."""
-        return self.done([i for i, _ in received])
-
-    def stream_stop_index(self, received, plan: Plan) -> int | None:
-        """Number of first messages of ``received`` after which the iteration ends; ``None`` if never (binary
-        search: every streaming stop rule here is monotone)."""
-        if not received or not self.stream_done(received, plan):
-            return None
-        lo, hi = 1, len(received)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.stream_done(received[:mid], plan):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def combine_stream(self, messages: np.ndarray, received, plan: Plan) -> Combined:
-        """The estimate from the ``(len(received), d)`` messages ``(worker, chunks)``; by default (one message per
-        worker) :meth:`combine` of their workers."""
-        return self.combine(messages, [i for i, _ in received], plan)
-
-    def combine_stream_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
-        """:meth:`combine_stream` of the messages ``received`` from every partition's ``(n_parts, d)`` gradients,
-        what a simulator has, without making the messages; None (the default) where the scheme needs them."""
-        return None
-
     # --- adding the messages up as they arrive (the MPI master keeps the sum off the critical path) ---------------
     @property
     def sums_on_arrival(self) -> bool:
-        """True if the streamed estimate is ``combine_weighted(sum_k a_k m_k, received, plan)`` where each weight
-        ``a_k`` is fixed when message ``k`` arrives (:meth:`arrival_weight`; no later message changes it), so that a
-        cluster may add the messages up while it waits instead of keeping them all. By default an averaging
-        scheme's messages (``sums_messages``), one per worker."""
+        """True if the estimate is ``combine_weighted(sum_k a_k m_k, received, plan)`` where each weight ``a_k`` is
+        fixed when message ``k`` arrives (:meth:`arrival_weight`; no later message changes it), so that a cluster
+        may add the messages up while it waits instead of keeping them all. By default an averaging scheme's
+        messages (``sums_messages``), one per worker."""
         return self.sums_messages and not self.streams
 
     def arrival_weight(self, received, plan: Plan) -> float:

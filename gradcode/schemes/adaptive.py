@@ -179,8 +179,8 @@ class AdaptiveKLoad(_Averaging):
         return self.state.k
 
     def effective_batch(self) -> int:
-        """``k * b`` samples: its default step is the workload's for that batch (issue 28: at the full batch's
-        step its first stages, 8 samples of least squares, took the loss from 15 to 2,300 before coming back)."""
+        """``k * b`` samples: its default step is the workload's for that batch (the full batch's step is too
+        large for its first stages' few samples, and the loss blows up before it comes back)."""
         return self.state.k * self.state.b
 
     def adapt(self, t: int, combined: Combined, *, elapsed: float) -> None:

@@ -23,8 +23,8 @@ time becomes ``max_c`` of the ``l``-th smallest ``tau_w (pos_w(c) + 1)`` over th
 feasibility test a maximum flow (each chunk ``l`` distinct holders, worker ``w`` at most ``k_w(T)`` chunks,
 ``scipy.sparse.csgraph.maximum_flow``); the rest is unchanged. Checked against brute force for ``n <= 6``.
 
-**The paper's criterion** (as a second-hand summary of Ramamoorthy, Meng and Girimaji describes it; the search tool
-gives the paper's abstract and introduction only) is speed-free: ``Q_max``, the least number of chunks the whole
+**The paper's criterion** (as a second-hand summary of Ramamoorthy, Meng and Girimaji describes it:
+``docs/references.md#partial-stragglers``) is speed-free: ``Q_max``, the least number of chunks the whole
 cluster must have processed so that, however that work is spread over the workers, every chunk has been processed
 (``l`` times: :func:`worst_case_chunks`). A state that misses chunk ``c`` has at most ``l - 1`` holders past it,
 the other holders ``w`` at most ``pos_w(c)`` chunks in, the non-holders anything, whence the closed form in
@@ -99,7 +99,7 @@ def worst_case_chunks(order, l: int = 1) -> int:
 def load_graph_routines():
     """scipy's ``csr_matrix``, ``maximum_bipartite_matching`` and ``maximum_flow``, imported on first use (not with
     this module: most runs never order chunks). A scheme that will order chunks calls this when it is built, so
-    that the import (about 0.1 s) is not paid inside its first iteration (on the MPI master's clock)."""
+    that the slow import is not paid inside its first iteration (on the MPI master's clock)."""
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import maximum_bipartite_matching, maximum_flow
 
@@ -116,8 +116,8 @@ def _feasible(n: int, s: int, caps: tuple[int, ...]) -> tuple[int, ...] | None:
     caps = np.asarray(caps, dtype=int)
     slot_worker = np.repeat(np.arange(n), caps)
     first = np.concatenate(([0], np.cumsum(caps)))
-    # an edge from chunk c to each of the caps[w] slots of each holder w (c - j mod n), in numpy: at n = 100 the
-    # Python loops cost 3x the matching itself
+    # an edge from chunk c to each of the caps[w] slots of each holder w (c - j mod n), in numpy: at n = 100
+    # Python loops would cost more than the matching itself
     pair_worker = ((np.arange(n)[:, None] - np.arange(s + 1)[None, :]) % n).ravel()     # (chunk, holder) pairs
     count = caps[pair_worker]
     if not count.sum():

@@ -25,7 +25,7 @@ import scipy.linalg
 
 from ..codes import Code, Decoding, make_code
 from ..errors import ConfigError, check_float, check_workers
-from ._base import Combined, Plan, Scheme, check_k, shortest_prefix
+from ._base import Combined, Plan, Received, Scheme, as_received, check_k, shortest_prefix
 
 
 class Coded(Scheme):
@@ -74,11 +74,11 @@ class Coded(Scheme):
         return Plan(t=t, parts=self._plan_parts, n_parts=self.code.n_parts, load=self._plan_load, batch=self.batch,
                     deadline=self.deadline)
 
-    def message(self, i: int, partials, plan: Plan) -> np.ndarray:
+    def message(self, i: int, c: int, partials, plan: Plan) -> np.ndarray:
         return self.code.encode_row(i, partials)
 
-    def messages(self, partials, responders, plan: Plan) -> np.ndarray:
-        return self.code.encode(partials)[np.asarray(responders)]
+    def messages(self, partials, received, plan: Plan) -> np.ndarray:
+        return self.code.encode(partials)[as_received(received).workers]
 
     def stop_count(self) -> int | None:
         """``wait`` for approximate codes; ``None`` for exact ones, whose stop depends on who arrived (an
@@ -87,10 +87,10 @@ class Coded(Scheme):
             return self.wait
         return None
 
-    def done(self, responders) -> bool:
+    def done(self, received, plan: Plan) -> bool:
         if not self.exact:
-            return len(responders) >= self.wait
-        return self._decodes(responders)
+            return len(received) >= self.wait
+        return self._decodes(as_received(received).workers)
 
     def _decodes(self, responders) -> bool:
         """``code.is_decodable``, remembered per responder set (a set costs one lookup the next time, in any order)."""
@@ -101,7 +101,7 @@ class Coded(Scheme):
                 self._decodable.clear()
             F = sorted(key)
             hit, decoding = _least_squares_verdict(self.code, F) if self._least_squares else (None, None)
-            if decoding is not None:     # the combine's decode of this set, already solved (issue 30)
+            if decoding is not None:     # the combine's decode of this set, already solved
                 self.code.remember_exact(np.array(F, dtype=np.int64), decoding)
             if hit is None:
                 hit = self.code.is_decodable(F)
@@ -110,16 +110,16 @@ class Coded(Scheme):
 
     _DECODABLE_CACHE = 1 << 20
 
-    def stop_index(self, order) -> int | None:
+    def stop_index(self, received, plan: Plan) -> int | None:
         """The first prefix of ``order`` that decodes: where the MPI master, asking :meth:`done` after every
-        arrival, stops (issue 28). Prefixes that leave a partition unheld are skipped (they cannot give the sum);
+        arrival, stops. Prefixes that leave a partition unheld are skipped (they cannot give the sum);
         a code without ``early_decoding`` needs ``n - s``; with it, the prefix of ``n - s - 1`` is tried first and,
         if it decodes, the first decodable one is found by bisection (the exact decode is a least-squares residual
         test or a coverage test, both monotone: a superset of a decodable set decodes). From ``n - s`` on every
         prefix is tried in turn (an ill-conditioned set of ``n - s`` may need one more)."""
         if not self.exact:
-            return super().stop_index(order)
-        order = [int(i) for i in order]
+            return super().stop_index(received, plan)
+        order = as_received(received).workers.tolist()
         lo = self._first_cover(order)
         if lo is None:
             return None
@@ -139,8 +139,11 @@ class Coded(Scheme):
         last = float(first.max()) if first.size else 0.0
         return int(last) + 1 if np.isfinite(last) else None
 
-    def combine(self, messages, responders, plan: Plan) -> Combined:
-        responders = check_workers(responders, self.n).tolist()
+    def combine(self, messages, received, plan: Plan) -> Combined:
+        # a list of workers is checked as given (check_workers names what is wrong with it)
+        flat = not isinstance(received, Received) and not (
+            isinstance(received, (list, tuple, np.ndarray)) and len(received) and np.ndim(received[0]) == 1)
+        responders = check_workers(received if flat else as_received(received).workers, self.n).tolist()
         dec = self.code.decoding(responders, self.method)
         estimate = self.code.combine(messages, responders, self.method)
         return Combined(estimate, residual=dec.residual, method=dec.method)
@@ -168,8 +171,8 @@ def _holders(code: Code) -> np.ndarray:
 
 def _least_squares_verdict(code: Code, F: list[int]) -> tuple[bool | None, Decoding | None]:
     """Is ``F`` decodable by a code whose exact decode is least squares (``B_F^T a = 1``, residual checked)? Normal
-    equations with two steps of refinement (Cholesky: ~5x cheaper than ``lstsq`` at ``n = 100``): True when they
-    reach a residual within ``tol`` (least squares reaches at most that), False when the refinement has settled on
+    equations with two steps of refinement (Cholesky: several times cheaper than ``lstsq`` at ``n = 100``): True when
+    they reach a residual within ``tol`` (least squares reaches at most that), False when the refinement has settled on
     a residual 1000x over ``tol`` (the least residual), None when unsure (ill-conditioned: ask the decoder).
 
     With True comes the exact :class:`Decoding` itself when the Gram matrix ``B_F B_F^T`` is well conditioned (its

@@ -56,9 +56,9 @@ and go uncoded in a first message as soon as they are done; the last ``s + 1`` a
 (the own chunks have no redundancy) and ``n - s`` decodable second messages. All chunks are one data partition of
 ``n (partitions - s - 1) + n``, each worth ``n / n_parts`` load units (the data set is ``n`` units, as for sync).
 
-**Where this reading may differ from the paper.** The paper's text beyond its abstract and introduction was not
-readable here (the search tool gives the arXiv HTML's first page; a second-hand summary describes its figures), so
-the following is what those say, then what we chose:
+**Where this reading may differ from the paper.** It rests on the paper's abstract and introduction [paper] and a
+second-hand summary of its figures [summary] (``docs/references.md#partial-stragglers``); what those say, then what
+we chose:
 
 - *Read* [paper]: workers process their chunks in an order, the PS rebuilds the gradient (exactly or approximately)
   from the work of fast and partially slow workers; the protocols are computation- and communication-efficient and
@@ -76,8 +76,8 @@ the following is what those say, then what we chose:
 - *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
   (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
   ``tests/test_partial.py``), so the
-  paper's criterion leaves nothing to optimise there, as far as we can tell; its algorithm (which we do not have)
-  matters for other assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
+  paper's criterion leaves nothing to optimise there; its algorithm (not implemented here) matters for other
+  assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
   estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
   ``l > 1``, ours); with equal estimates it is ``Q_max``-optimal too, and under i.i.d. delays it differs from
   natural only by estimation noise.
@@ -89,7 +89,7 @@ the following is what those say, then what we chose:
 >>> plan = sch.plan(0)
 >>> plan.parts, sch.emits(0, plan)
 (((0, 1), (1, 2), (2, 3), (3, 0)), (1, 2))
->>> sch.stream_done([(0, 1), (2, 1), (1, 1)], plan), sch.stream_done([(0, 1), (2, 1), (0, 2), (3, 1)], plan)
+>>> sch.done([(0, 1), (2, 1), (1, 1)], plan), sch.done([(0, 1), (2, 1), (0, 2), (3, 1)], plan)
 (False, True)
 """
 
@@ -215,17 +215,17 @@ class PartialCoded(Scheme):
                               f"of l equal parts' worth: d / l numbers); take an l that divides {d}, or l = 1")
         return d // self.l
 
-    def chunk_message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
+    def message(self, i: int, c: int, partials: np.ndarray, plan: Plan) -> np.ndarray:
         if self.protocol == "tandon" and c == plan.chunks(i):   # the coded message: B_i over the shared chunks
             return self.code.encode_row(i, np.asarray(partials)[self._own:])
         if self.l > 1:   # chunk c's gradient in l parts, combined with the row of worker i's place among its holders
             g = np.asarray(partials)[c - 1]
             j = (plan.parts[i][c - 1] - i) % self.n
             return self._E[j] @ g.reshape(self.l, self.message_size(g.shape[-1]))
-        return super().chunk_message(i, c, partials, plan)
+        return super().message(i, c, partials, plan)
 
     # --- 3. stop ------------------------------------------------------------------------------------------
-    def stream_done(self, received, plan: Plan) -> bool:
+    def done(self, received, plan: Plan) -> bool:
         if self.protocol == "tandon":
             firsts = {i for i, c in received if c == self._own}
             seconds = [i for i, c in received if c == plan.chunks(i)]
@@ -236,7 +236,7 @@ class PartialCoded(Scheme):
             return len(self._covered(received, plan)) == self.n
         return self._exact(self._weights(received, plan)[1])
 
-    def stream_stop_index(self, received, plan: Plan) -> int | None:
+    def stop_index(self, received, plan: Plan) -> int | None:
         if self.protocol == "stream" and (self.group == 1 or self.mode == "approximate"):
             need = self.n if self.mode == "exact" else self.wait
             if self.group == 1 and self.l == 1:     # a chunk a message: done at the need-th chunk first seen
@@ -253,7 +253,7 @@ class PartialCoded(Scheme):
                 if done >= need:
                     return k + 1
             return None
-        return super().stream_stop_index(received, plan)
+        return super().stop_index(received, plan)
 
     @staticmethod
     def _chunk_of_each(received, plan: Plan) -> np.ndarray:
@@ -299,7 +299,7 @@ class PartialCoded(Scheme):
         residual = self._weights(received, plan)[1]
         return Combined(total.copy(), residual=residual, method=self._method(residual, received))
 
-    def combine_stream(self, messages: np.ndarray, received, plan: Plan) -> Combined:
+    def combine(self, messages: np.ndarray, received, plan: Plan) -> Combined:
         messages = np.asarray(messages, dtype=float)
         if messages.shape[0] != len(received):
             raise ConfigError(f"partial_coded: {len(received)} messages named, {messages.shape[0]} given")
@@ -310,7 +310,7 @@ class PartialCoded(Scheme):
         a, residual = self._weights(received, plan)
         return Combined(a @ messages, residual=residual, method=self._method(residual, received))
 
-    def combine_stream_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
+    def combine_partials(self, partials: np.ndarray, received, plan: Plan) -> Combined | None:
         # whole chunks, one per message (sums_on_arrival): the chunks the weights keep, added up in one product
         if not self.sums_on_arrival:
             return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError, check_int
-from ._base import Combined, Plan, Scheme, check_k
+from ._base import Combined, Plan, Scheme, as_received, check_k
 
 
 class _Averaging(Scheme):
@@ -18,13 +18,13 @@ class _Averaging(Scheme):
 
     sums_messages = True
 
-    def messages(self, partials, responders, plan: Plan) -> np.ndarray:
-        return partials[np.asarray(responders)]   # worker i holds partition i alone
+    def messages(self, partials, received, plan: Plan) -> np.ndarray:
+        return partials[as_received(received).workers]   # worker i holds partition i alone
 
-    def message_weights(self, responders, plan: Plan) -> np.ndarray:
-        """1 for each responder's own partition, 0 elsewhere."""
+    def message_weights(self, received, plan: Plan) -> np.ndarray:
+        """1 for each sender's own partition, 0 elsewhere."""
         weights = np.zeros(plan.n_parts)
-        weights[np.asarray(responders, dtype=np.intp)] = 1.0
+        weights[as_received(received).workers] = 1.0
         return weights
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:

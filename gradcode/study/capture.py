@@ -47,8 +47,8 @@ from ..plumbing.outdir import write_whole
 
 FIELDS = ("worker_plan_received", "worker_compute", "worker_sent", "worker_arrived", "worker_delay")
 HEADER = "step,dp_rank,stage,microbatch,compute_s,comm_s"
-_WHO_WRITES = ("every record of gradcode since issue 14 (natural timing, 2026-12-01) holds them, in the simulator "
-               "and on MPI; rerun the experiment with this version")
+_WHO_WRITES = ("every record of a current gradcode holds them, in the simulator and on MPI; rerun the experiment "
+               "with this version")
 _SLACK = 1e-9   # relative: a communication time this far below zero is float rounding, taken as 0
 
 

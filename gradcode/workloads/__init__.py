@@ -25,8 +25,8 @@ drawn from ``P_j`` (without replacement if ``b <= |P_j|``, else with replacement
 stream that is a pure function of ``(seed, t, j, n_parts)``: every worker that holds partition ``j`` computes the
 same ``g_j``, whatever else it computes in the same call and in whatever order, which is what keeps gradient
 codes exact under SGD. The stream is a splitmix64 hash of ``(seed, t, j, n_parts, counter)`` evaluated for all
-requested partitions at once (creating one :class:`numpy.random.Generator` per partition would cost about
-13 us each, more than the whole gradient computation of a typical call). A subset without replacement is drawn
+requested partitions at once (creating one :class:`numpy.random.Generator` per partition would cost more than
+the whole gradient computation of a typical call). A subset without replacement is drawn
 uniformly by Floyd's algorithm when ``b*b <= |P_j|`` and by the ``b`` smallest of ``|P_j|`` random keys
 otherwise; both are uniform over the ``b``-subsets, and which one is used depends only on ``(|P_j|, b)``.
 ``batch=None`` means the whole partition (deterministic). The mini-batch partial gradient is an unbiased

@@ -251,7 +251,7 @@ class Workload:
             else:
                 Xb = self.X[idx]                                              # (m, b, p)
                 R = self._residual(np.matmul(Xb, W.T), self.y[idx])          # (m, b, C)
-                if batch == 1:     # an outer product: numpy's stacked matmul over an inner size 1 is ~5x slower
+                if batch == 1:     # an outer product: numpy's stacked matmul is slow over an inner size 1
                     G = np.multiply(R[:, 0, :, None], Xb[:, 0, None, :]).reshape(m, self.dim)    # same bits
                 else:
                     G = np.matmul(R.transpose(0, 2, 1), Xb).reshape(m, self.dim)  # (m, C*p)

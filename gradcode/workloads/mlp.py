@@ -32,9 +32,9 @@ class MLP(Workload):
     held out (``heldout``: test loss and accuracy). ``init_params`` is seeded (He-scaled Gaussian weights for relu,
     Glorot for tanh, zero biases: a model of zeros would never break the symmetry of the hidden units).
 
-    Cost (measured on this 2-core machine under load, one thread): a full gradient of the 1,438 training samples with
-    ``hidden = [32]`` takes about 2.4 ms, the 8 partitions of 8 workers about 0.6 ms each; ``hidden = [256, 256]``
-    (``d = 85,002``) about 50 ms, about 6 ms a partition of 8: choose the sizes to make compute matter.
+    Cost grows with the parameter count: a gradient with ``hidden = [256, 256]`` (``d = 85,002``) costs about twenty
+    times one with ``hidden = [32]`` (figures in ``docs/benchmarks.md#the-mlp-workload``): choose the sizes to make
+    compute matter.
 
         >>> from gradcode.workloads import make_workload
         >>> mlp = make_workload("mlp", hidden=[16])
