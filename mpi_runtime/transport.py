@@ -160,10 +160,11 @@ class MasterPort:
 @dataclasses.dataclass
 class Staged:
     """A message to send later: ``seq``, its number in the ring (its payload written there already), or
-    ``inline``, a copy of it; neither for a marker (the plan ended with no message)."""
+    ``inline``, its payload (in the send buffer already, or a copy); neither for a marker (no message)."""
 
     seq: int = -1
     inline: np.ndarray | None = None
+    in_place: bool = False     # ``inline`` is the send buffer's payload
 
 
 class WorkerPort:
@@ -191,6 +192,7 @@ class WorkerPort:
         self.current: int | None = None
         self.pending: int | None = None
         self.stopped = False     # a STOP came and was answered
+        self.in_place = False    # a staged message, not sent yet, is in the send buffer (stage)
 
     def warm_up(self, timeout: float) -> None:
         P.warm_up(self.comm, [(self.result, 0)], [(self.plans[0], 0)], timeout, self.peers.check)
@@ -213,8 +215,9 @@ class WorkerPort:
                 continue          # drain: more plans may be queued behind this one
             if current is not None:
                 self.current = current
+                self.in_place = False        # messages staged for a dropped plan are never sent
                 if self.ring is not None:
-                    self.ring.rewind()       # messages staged for a dropped plan were never sent
+                    self.ring.rewind()
                 return P.unpack_plan(self.plans[current], self.capacity, self.shared)
             if time.perf_counter() > limit:
                 raise MasterLost(f"no plan and no STOP from {who([0])} within {self.patience:g} s (2 n + 2 times "
@@ -249,13 +252,19 @@ class WorkerPort:
             P.check_model(self.shared, plan.slot, plan.t)
 
     def stage(self, t: int, payload: np.ndarray) -> Staged:
-        """A message to send later, written into the ring now (before the wait) or copied (the ring is full, or
-        nothing is shared)."""
+        """A message to send later, written now (before the wait, so that only the header is left to write when
+        it is due): into the ring, else into the send buffer if no other staged message is there, else a copy."""
         m = -1 if self.ring is None else self.ring.stage(payload)
-        if m < 0:
-            return Staged(inline=payload.copy())
-        self.faults.maybe_poison(t, self.ring.segments[m % len(self.ring.segments)])
-        return Staged(seq=m)
+        if m >= 0:
+            staged = Staged(seq=m, inline=self.ring.segments[m % len(self.ring.segments)])
+        elif self.in_place:
+            staged = Staged(inline=payload.copy())
+        else:
+            self.in_place = True
+            staged = Staged(inline=self.result[P.RESULT_HEADER:], in_place=True)
+            np.copyto(staged.inline, payload)
+        self.faults.maybe_poison(t, staged.inline)
+        return staged
 
     def send(self, header: Result, staged: Staged | None) -> float:
         """Send a result: ``header`` (its send time set now) and the staged message, if any. Returns the send
@@ -265,8 +274,10 @@ class WorkerPort:
             self.ring.sending(staged.seq)
         elif staged is not None:
             out = self.result[:P.RESULT_HEADER + len(staged.inline)]
-            out[P.RESULT_HEADER:] = staged.inline
-            self.faults.maybe_poison(header.t, out[P.RESULT_HEADER:])
+            if staged.in_place:
+                self.in_place = False
+            else:
+                out[P.RESULT_HEADER:] = staged.inline
         header = dataclasses.replace(header, sent_at=time.time(), seq=-1 if staged is None else staged.seq)
         header.pack(out)
         self._wait(self.comm.Isend(out, dest=0, tag=P.RESULT_TAG), f"a result of iteration {header.t}")
