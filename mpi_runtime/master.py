@@ -19,13 +19,11 @@ partial_coded, ...): the simulator's loop on the wall clock. Iteration ``t``:
    arrive, during the wait; the others' are copied out as they arrive.
 
 **Times.** ``start``/``end`` in the records are wall-clock seconds since the run start (after a barrier of all
-ranks) divided by ``time_scale``, i.e. in model time units, comparable with the simulator. ``start`` is when the
-master begins handing out plan ``t``, ``end`` when the stop rule held; the loss evaluation for the records is
-bookkeeping and is kept off the clock (``now``), as on the virtual clock. ``ideal_end = start + D_t`` with ``D_t``
-the duration the simulator's arithmetic gives iteration ``t`` with the same draws and zero overhead, starting from
-where the workers are: a worker still busy is taken to be free when it would finish its plan with zero overhead.
-So ``sum(ideal_end - start)`` is the ideal total time and each iteration is charged its own overhead only (see
-:meth:`Master._shadow`).
+ranks) over ``time_scale``: model units, comparable with the simulator; ``start`` when the master begins handing
+out plan ``t``, ``end`` when the stop rule held; the loss evaluation for the records is kept off the clock
+(``now``), as on the virtual clock. ``ideal_end = start + D_t``, ``D_t`` the simulator's duration of iteration
+``t`` with the same draws and zero overhead from where the workers are (:meth:`Master._shadow`), so each
+iteration is charged its own overhead only.
 
 **Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Workers that never
 acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True: ``__main__`` then

@@ -25,11 +25,11 @@ class Unread:
     """Master side: the model slots named by plans that a worker may still read.
 
     A worker reads the model of its plan before it sends the plan's first result (a worker that may send before
-    its last chunk copies it out first), and results
-    from one worker arrive in the order it sent them; so once a result of plan ``t`` (or of a later plan: a plan
-    it skipped or dropped is never read again) has come from worker ``i``, no plan of ``i`` up to ``t`` is read any
-    more. Until then its slot is held, whether the worker is computing it, has not taken it yet, or will skip it
-    (a worker that drains several queued plans reads the newest only, but the master cannot know which it saw)."""
+    its last chunk copies it out first), and results from one worker arrive in the order it sent them; so once a
+    result of plan ``t`` (or of a later plan: a plan it skipped or dropped is never read again) has come from
+    worker ``i``, no plan of ``i`` up to ``t`` is read any more. Until then its slot is held, whether the worker is
+    computing it, has not taken it yet, or will skip it (a worker that drains several queued plans reads the
+    newest only, but the master cannot know which it saw)."""
 
     def __init__(self, n: int):
         self.plans: list[list[tuple[int, int]]] = [[] for _ in range(n)]

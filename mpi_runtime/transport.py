@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import numpy as np
 from mpi4py import MPI
@@ -28,8 +28,7 @@ class MasterPort:
     """The master's end of every worker's channel (rank ``i + 1`` is worker ``i``)."""
 
     def __init__(self, comm: MPI.Comm, cfg, scheme, d: int, capacity: int, peers: Peers):
-        self.comm, self.peers, self.capacity, self.grace = comm, peers, capacity, cfg.grace
-        self.n = cfg.workers
+        self.comm, self.peers, self.capacity, self.grace, self.n = comm, peers, capacity, cfg.grace, cfg.workers
         # collective, like warm_up: every rank opens the shared window at the same point
         self.length, self.is_complex, self.streaming, self.shared = P.open_payloads(comm, cfg, scheme, d, peers)
         self.slots = P.ModelSlots(self.shared)
@@ -283,10 +282,6 @@ class WorkerPort:
         self._wait(self.comm.Isend(out, dest=0, tag=P.RESULT_TAG), f"a result of iteration {header.t}")
         self.bell.ring(0)
         return header.sent_at
-
-    def sleep_until(self, until: float, watch: Callable[[], bool], check_every: float) -> bool:
-        """``protocol.sleep_until`` on this worker's doorbell."""
-        return P.sleep_until(until, watch, check_every=check_every, nap=self.bell.wait)
 
     def stop_came(self) -> bool:
         """Has a STOP arrived while this worker waits? (Then it answers ACK.)"""

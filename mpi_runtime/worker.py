@@ -218,7 +218,7 @@ class Worker:
             nxt = min(until, due)
             if not math.isfinite(nxt):
                 return Outcome.ON
-            if not port.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005):
+            if not P.sleep_until(nxt, watch, check_every=0.0 if abandon else 0.005, nap=port.bell.wait):
                 if port.stopped:
                     return Outcome.STOP
                 self.free = free_at
