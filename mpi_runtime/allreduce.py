@@ -67,7 +67,7 @@ class Decentralized(Driver):
         self.d = workload.dim
         # the step's collectives, through shared memory on one node (exchange.py); collective to set up
         self.exchange = open_exchange(comm, self.d + 1, INFO,
-                                      lambda: peers.checkpoint("shared memory", cfg.options.startup_timeout),
+                                      lambda: peers.checkpoint("shared memory", self.options.startup_timeout),
                                       peers.local)
         ex = self.exchange
         self.send, self.row, self.rows = ex.send, ex.row, ex.rows    # filled / read in place; the sum: ex.total
@@ -82,7 +82,7 @@ class Decentralized(Driver):
         if self.recording:
             self.out.mkdir(parents=True, exist_ok=True)
         self.faults.maybe_crash("warmup")
-        self.peers.checkpoint("clock start", self.options.startup_timeout)
+        self.peers.checkpoint("clock start", self.cfg.options.startup_timeout)
         if self.recording:
             self.writer = RecordWriter(self.out / "records.jsonl")
         self.t0 = time.perf_counter()
@@ -94,7 +94,7 @@ class Decentralized(Driver):
             if self.writer is not None:
                 self.writer.close()
         self._write_summary(None)
-        self.peers.checkpoint("shutdown", self.options.grace)
+        self.peers.checkpoint("shutdown", self.cfg.options.grace)
         self.exchange.close()      # collective: every rank got here
         return False
 
@@ -134,7 +134,7 @@ class Decentralized(Driver):
         self.faults.maybe_crash(t)
         try:
             # the simulator's verdict, reached by every rank from the same draws: fail now rather than hang
-            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.options.seed, t, plan)
+            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.cfg.options.seed, t, plan)
         except SimulationError as err:
             raise RunFailure(f"step {t}: {err} (infinite delay)") from None
         self.send[:] = 0.0
@@ -160,7 +160,7 @@ class Decentralized(Driver):
         more. Rank 0 then pings the others and names those that do not answer (a rank answers while it waits in
         the collective, see :meth:`Peers.check`); the other ranks wait longer, so that rank 0's naming comes first,
         then name rank 0. A rank that died on this host is named at once."""
-        grace = self.options.grace
+        grace = self.cfg.options.grace
         limit = max(self.due - time.time(), 0.0) + grace + (0 if self.rank == 0 else 2 * grace + 1)
         try:
             P.wait_for(done, timeout=limit, watch=self.peers.check, idle=idle)
@@ -189,13 +189,11 @@ class Decentralized(Driver):
             tick = time.time()
             g = self.workload.gradients(self.w, t, [plan.parts[i][m]], plan.n_parts, plan.batch)[0]
             real += time.time() - tick
-            if self.options.inject == "add":
+            if self.cfg.options.inject == "add":
                 begin = self.step_begin + real
             until = begin + schedule.chunk_end[i, m] * self.scale
             emulated = schedule.chunk_end[i, m] - (schedule.chunk_end[i, m - 1] if m else 0.0)
-            # a chunk of (next to) zero emulated time has nothing to overrun (below the runtime's resolution, as for
-            # the overhead ratio), nor has an added delay
-            overrun |= emulated * self.scale >= P.RESOLUTION and self.options.inject != "add" and time.time() > until
+            overrun |= P.overran(emulated * self.scale, until, self.cfg.options.inject == "add")
             P.sleep_until(until)
             if m < schedule.kept[i]:
                 self.send[:self.d] += g

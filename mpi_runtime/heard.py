@@ -14,6 +14,8 @@ import numpy as np
 
 from gradcode.clusters.records import worker_times
 
+from .protocol import Result
+
 
 class Heard:
     """Per-worker times of the current iteration (model units), reset by :meth:`new` each iteration."""
@@ -35,10 +37,10 @@ class Heard:
     def plan_sent(self, i: int, t: int, now: float) -> None:
         self.plan_at[i], self.plan_iter[i] = now, t
 
-    def read(self, hdr: np.ndarray) -> tuple[float, float, float]:
+    def read(self, res: Result) -> tuple[float, float, float]:
         """From a result header: the worker's compute, its time from taking the plan up to sending (both its own
         durations, in model units) and its emulated delay."""
-        return hdr[2] / self.scale, (hdr[5] - hdr[8]) / self.scale, hdr[3] / self.scale
+        return res.real / self.scale, (res.sent_at - res.taken_at) / self.scale, res.emulated / self.scale
 
     def stamp(self, i: int, heard: tuple[float, float, float], now: float) -> None:
         """Worker ``i``'s message of the current iteration arrived ``now`` (the master's clock)."""

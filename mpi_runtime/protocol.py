@@ -3,38 +3,32 @@
 Every message on the data path is one contiguous float64 numpy buffer sent with the buffer methods (``Isend`` /
 ``Irecv``), never pickled:
 
-- **plan** (master -> worker ``i``): ``[t, load_i, batch (-1: whole partition), n_parts, n_held, start wall time,
-  model slot, parts... (capacity P, padded with -1)]``, followed by the model ``w`` (``d`` values) when the slot
-  is -1; ``n_parts`` is the number of data partitions, ``n_held`` how many of them worker ``i`` computes;
-- **result** (worker ``i`` -> master): ``[t, i, real compute seconds, emulated seconds, overrun flag, send
-  wall time, chunks done, kind, plan receipt wall time, ring number]`` (:data:`RESULT_HEADER`; the receipt time
-  is for the records' per-worker times), followed by the message (``L`` values; a complex message travels as its
-  float64 view, 2 per entry) unless it is in shared memory;
+- **plan** (master -> worker ``i``): the header :data:`PLAN_HEADER` (:class:`WorkerPlan`'s fields: iteration,
+  load, batch, partitions, how many worker ``i`` holds, issue time, model slot, chunked?, local deadline), the
+  partitions (capacity ``P``, padded with -1), then the model ``w`` (``d`` values) unless it is in a shared slot;
+- **result** (worker ``i`` -> master): the header :data:`RESULT_HEADER` (:class:`Result`'s fields), then the
+  message (``L`` values; a complex message travels as its float64 view, 2 per entry) unless it is in shared
+  memory or there is none (a marker);
 - **control**: ``STOP`` (master -> worker) and ``ACK`` (worker -> master) are one-value buffers on the same
   communicator with the reserved tag :data:`CTRL_TAG`.
 
-**Tags.** MPI only guarantees tags ``0..32767``. Data messages carry ``t mod 32766`` and the header repeats the
-full iteration number, so a late message is recognised even after the tag wraps around; ``32767`` is reserved for
-control, ``32766`` for the results of a streaming run (several per plan, and late ones under ``abandon``: the master
-keeps one receive posted per worker on that tag, reposted after each arrival, and sorts them by their header).
+**Tags.** MPI only guarantees tags ``0..32767``. Plans carry ``t mod 32766`` and the header repeats the full
+iteration number, so a late message is recognised even after the tag wraps around; ``32767`` is reserved for
+control, ``32766`` for every result (a plan may have several, and late ones come after the iteration: the master
+keeps one receive posted per worker on that tag, reposted after each arrival, and tells them apart by header).
 Control shares the data communicator on purpose: MPI keeps messages from one sender to one receiver on one
 communicator in order, so once the master has a worker's ``ACK`` every result that worker sent before it has
 been matched (and a pending receive for it can be cancelled safely, see :func:`cancel_receive`).
 
 **Shared memory.** When every rank runs on one node, the 800 kB-scale payloads do not travel at all: the master
 writes each model version once into a slot of a node-local shared window (``MPI.Win.Allocate_shared``) and the
-plan names the slot; each worker writes its message into its own segment before it waits out its emulated time,
-and the result on the wire is the header alone. Plans and results are then a few dozen bytes (MPI's eager
-protocol: no rendezvous, no copy through the master's progress engine on the critical path). Safety rests on the
-plan/answer discipline, not on timing: the master never rewrites a slot that a busy worker's plan names (see
-:class:`ModelSlots`), and a worker writes its segment only while it holds a plan, i.e. after the master has read
-its previous message. ``Win.Sync`` orders the writes before the message that announces them (the MPI-3 unified
-memory model). On several nodes, or with ``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the
-messages, as laid out above.
-
-**Streaming.** A streaming run (several results per plan, and under ``late_workers = "abandon"`` a worker that
-may hold two plans) uses the same window: each model in a slot that no worker may still read, each worker's
-messages in a ring of segments of its own, and only headers travel (``streaming.py``).
+plan names the slot; each worker writes its messages into a ring of segments of its own before it waits out their
+emulated time, and the result on the wire is the header alone. Plans and results are then a few dozen bytes (MPI's
+eager protocol: no rendezvous, no copy through the master's progress engine on the critical path). Safety rests
+on the plan/answer discipline, not on timing: the master never rewrites a slot that a worker may still read, and
+a worker never rewrites a segment the master has not read (``streaming.py``). ``Win.Sync`` orders the writes
+before the message that announces them (the MPI-3 unified memory model). On several nodes, or with
+``GRADCODE_MPI_SHARED=0`` in the environment, everything travels in the messages, as laid out above.
 
 **Waiting.** A blocking ``Wait``/``Recv`` spins a core; with more ranks than cores the spinning ranks starve the
 ones that work (see ``docs/references.md#mpi``). Every wait here is ``Test`` + a short sleep (:data:`POLL`), or on
@@ -50,6 +44,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
@@ -64,20 +59,11 @@ RECHECK = 5e-3         # seconds: the longest a rank blocks on its doorbell (doo
 RESOLUTION = 1e-3       # seconds: the runtime's own cost per iteration is of this order (polls, sends, sleeps'
 #                         overshoot); an ideal iteration time below it has no meaningful overhead ratio
 CTRL_TAG = 32767        # STOP / ACK
-STREAM_TAG = 32766      # every result of a streaming run (the header says which iteration)
+RESULT_TAG = 32766      # every result (the header says which iteration)
 TAG_MOD = 32766         # data tags are t mod TAG_MOD, i.e. 0..32765
 
-PLAN_HEADER = 9         # t, load, batch, n_parts, n_held, wall time (time.time) when the master started iteration t,
-#                         model slot in shared memory (-1: the model follows in the plan), chunked flag, local
-#                         deadline tau (model units; inf: none)
-PLAN_STAMP = 5          # where the plan's issue time is
-RESULT_HEADER = 10      # t, worker, real compute (s), emulated (s), overrun flag, send wall time, chunks done,
-#                         kind (streaming: MESSAGE, LAST = a message that ends the worker's plan, MARKER = the plan
-#                         ended with no message to send), wall time when the worker took the plan up, ring sequence
-#                         number (streaming: the payload is in the worker's shared ring, see streaming.Ring; -1: it
-#                         follows the header). The master keeps the worker's durations (compute, send - receipt)
-#                         and not its clock readings: the records' per-worker times are on the master's clock
-#                         (cluster.worker_times)
+PLAN_HEADER = 9         # values before a plan's partitions: the fields of WorkerPlan.header (pack_plan)
+RESULT_HEADER = 10      # values before a result's message: the fields of Result, in order
 MESSAGE, LAST, MARKER = 0, 1, 2
 STREAM_RING = 4         # message segments per worker: a plan's messages and one more (partial_coded, s = 2: 3)
 SHARED_ENV = "GRADCODE_MPI_SHARED"   # "0": move the payloads in messages even on one node
@@ -95,6 +81,37 @@ def data_tag(t: int) -> int:
 
 def plan_size(parts_capacity: int, d: int) -> int:
     return PLAN_HEADER + parts_capacity + d
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Worker ``i``'s plan as it reads it. ``w`` is a view into the plan buffer or into the shared slot the plan
+    names (never a copy; see :func:`check_model`); ``stamp`` is the wall time (``time.time``) at which the master
+    issued the plan; ``slot`` is -1 when the model came in the plan."""
+
+    t: int
+    load: float
+    batch: int | None
+    n_parts: int
+    parts: tuple[int, ...]
+    w: np.ndarray
+    stamp: float
+    slot: int
+    chunked: bool
+    tau: float
+
+    @staticmethod
+    def iteration(buf: np.ndarray) -> int:
+        """The iteration of the plan in ``buf``, without unpacking the rest."""
+        return int(buf[_PLAN_T])
+
+    @staticmethod
+    def issued(buf: np.ndarray) -> float:
+        """The issue time of the plan in ``buf``, without unpacking the rest."""
+        return float(buf[_PLAN_STAMP])
+
+
+_PLAN_T, _PLAN_STAMP = 0, 5      # where the iteration and the issue time lie in a plan (the order of pack_plan)
 
 
 def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: int, parts, w: np.ndarray,
@@ -115,18 +132,61 @@ def pack_plan(buf: np.ndarray, t: int, load: float, batch: int | None, n_parts: 
     return buf
 
 
-def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None):
-    """``(t, load, batch, n_parts, parts, w, stamp, slot, chunked, tau)``; ``w`` is a view into ``buf`` or into the
-    shared slot that the plan names (never a copy; see :func:`check_model`)."""
-    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]     # stamp: buf[PLAN_STAMP]
+def unpack_plan(buf: np.ndarray, capacity: int, shared: SharedMemory | None = None) -> WorkerPlan:
+    """The plan in ``buf``, its model where it lies (:class:`WorkerPlan`)."""
+    t, load, batch, n_parts, n_held, stamp, slot, chunked, tau = buf[:PLAN_HEADER]
     parts = tuple(int(p) for p in buf[PLAN_HEADER:PLAN_HEADER + int(n_held)])
     if slot >= 0:
         shared.sync()      # the master's write of the slot happened before its send of this plan
         w = shared.models[int(slot)]
     else:
         w = buf[PLAN_HEADER + capacity:]
-    return (int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp), int(slot),
-            bool(chunked), float(tau))
+    return WorkerPlan(int(t), float(load), None if batch < 0 else int(batch), int(n_parts), parts, w, float(stamp),
+                      int(slot), bool(chunked), float(tau))
+
+
+@dataclass
+class Result:
+    """A result's header (worker -> master), the first :data:`RESULT_HEADER` values of its buffer, in this order.
+
+    The master keeps the worker's durations (``real``, ``sent_at - taken_at``) and not its clock readings: the
+    records' per-worker times are on the master's clock (``heard.py``)."""
+
+    t: int               # the iteration of the plan it answers
+    worker: int
+    real: float          # seconds of real compute on that plan so far
+    emulated: float      # seconds of emulated response time (the delay model's draw)
+    overrun: bool        # the real compute outlasted the emulated time (:func:`overran`)
+    sent_at: float       # wall time of the send (time.time)
+    chunks: int          # chunks done (1 for a plan that is not chunked)
+    kind: int            # MESSAGE; LAST, a message that ends the worker's plan; MARKER, the plan ended with none
+    taken_at: float      # wall time at which the worker took the plan up
+    seq: int             # its message's number in the worker's shared ring; -1: it follows the header (or none)
+
+    def pack(self, buf: np.ndarray) -> None:
+        buf[:RESULT_HEADER] = (self.t, self.worker, self.real, self.emulated, float(self.overrun), self.sent_at,
+                               self.chunks, self.kind, self.taken_at, self.seq)
+
+    @classmethod
+    def read(cls, buf: np.ndarray) -> Result:
+        t, worker, real, emulated, overrun, sent_at, chunks, kind, taken_at, seq = buf[:RESULT_HEADER].tolist()
+        return cls(int(t), int(worker), real, emulated, bool(overrun), sent_at, int(chunks), int(kind), taken_at,
+                   int(seq))
+
+
+def overran(emulated: float, until: float, add: bool) -> bool:
+    """Has real work whose emulated time (seconds) ends at the wall time ``until`` outlasted it, now? Work below
+    the runtime's resolution (zero or tiny: the overhead ratio leaves it out too) has nothing to overrun, nor has
+    a delay added after the real work (``[run] inject = "add"``)."""
+    return not add and emulated >= RESOLUTION and time.time() > until
+
+
+def finite(x: np.ndarray) -> bool:
+    """All finite? A sum is finite unless some entry is NaN or infinite (or it overflows: then check properly)."""
+    with np.errstate(all="ignore"):
+        if math.isfinite(float(np.add.reduce(x))):
+            return True
+    return bool(np.isfinite(x).all())
 
 
 def message_layout(scheme, d: int) -> tuple[int, bool]:
@@ -287,7 +347,6 @@ class SharedMemory:
         # streaming: how many ring messages of each worker the master has read (written by the master only)
         self.consumed = master[slots * (1 + d):]
         self.rings = [self._segment(r).reshape(ring, length) for r in range(1, comm.Get_size())]
-        self.messages = [r[0] for r in self.rings]     # one message per worker (the one-message path)
         self.win.Lock_all(MPI.MODE_NOCHECK)
         # first touch here, not in iteration 0: each rank writes its own segment and maps everyone else's
         if comm.Get_rank() == 0:
@@ -355,11 +414,10 @@ def one_node(comm: MPI.Comm) -> bool:
 class ModelSlots:
     """Which shared slot holds which model version (master side).
 
-    The model of iteration ``t`` goes into a slot that no busy worker's plan names: a busy worker may still be
-    reading its own version (a late worker computes on the model of the plan it holds, never a newer or older one),
-    and it is busy until the master has its answer, i.e. until it has finished reading. Busy workers name at most
-    ``n`` slots, so ``n + 1`` slots always leave one free; with fewer (``MODEL_SLOTS`` caps the memory) the model
-    travels in the plans of an iteration that finds none free."""
+    The model of iteration ``t`` goes into a slot that no worker may still read (``streaming.Unread``: a late
+    worker computes on the model of the plan it holds, never a newer or older one). Workers that hold one plan each
+    name at most ``n`` slots, so ``n + 1`` slots leave one free; with fewer (``MODEL_SLOTS`` caps the memory), or
+    when workers hold two plans (``abandon``), the model travels in the plans of an iteration that finds none free."""
 
     def __init__(self, shared: SharedMemory | None):
         self.shared = shared

@@ -71,6 +71,12 @@ def main(argv: list[str]) -> int:
         except ChildProcessError:
             status = 0
             break
+    return _ended(pid, status)
+
+
+def _ended(pid: int, status: int) -> int:
+    """The command's exit code (``128 +`` a signal's number), once it has ended with ``status``, after the
+    linger."""
     # from here on SIGUSR1 says nothing. SIG_IGN, not a Python handler: Python's own exit puts its handlers back to
     # SIG_DFL, and a SIGUSR1 then would kill this shell (seen: exit 138). When one arrived for the forwarding handler
     # just before, Python raises "Signal 10 ignored due to race condition" after the change: nothing to do.

@@ -1,13 +1,14 @@
-"""The streaming path's bookkeeping of shared memory (no MPI here: the caller syncs and sends).
+"""The bookkeeping of shared memory between plans and results (no MPI here: the caller syncs and sends).
 
-A streaming run (``scheme.streams``, or ``late_workers = "abandon"``) sends several results per plan, and a worker
-may hold two plans; on one node its payloads still travel through the shared window of ``protocol.py``:
+A plan may send several results (a streaming scheme), and under ``late_workers = "abandon"`` a worker may hold two
+plans; on one node the payloads still travel through the shared window of ``protocol.py``:
 
 - the model of iteration ``t`` goes into a slot that no worker may still read (:class:`Unread`, master side);
-- each worker writes its messages into a ring of :data:`~.protocol.STREAM_RING` segments of its own (:class:`Ring`,
-  worker side) and sends the header alone, which names the message's number; the master copies the payload out and
-  counts it in its own segment (``SharedMemory.consumed``), and the worker reuses a segment only once the message
-  in it is counted. A worker never waits for the master: with no free segment the message goes inline.
+- each worker writes its messages into a ring of segments of its own (:class:`Ring`, worker side; one segment
+  when every plan sends one message) and sends the header alone, which names the message's number; the master
+  reads the payload and counts it in its own segment (``SharedMemory.consumed``), and the worker reuses a segment
+  only once the message in it is counted. A worker never waits for the master: with no free segment the message
+  goes inline.
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ if TYPE_CHECKING:
     from .protocol import SharedMemory
 
 
-
 class Unread:
-    """Streaming (master side): the model slots named by plans that a worker may still read.
+    """Master side: the model slots named by plans that a worker may still read.
 
-    A streaming worker copies the model out of its plan's slot before it computes or sends anything, and results
-    from one worker arrive in the order it sent them; so once a result of plan ``t`` (or of a later plan: a plan
-    it skipped or dropped is never read again) has come from worker ``i``, no plan of ``i`` up to ``t`` is read any
-    more. Until then its slot is held, whether the worker is computing it, has not taken it yet, or will skip it
-    (a worker that drains several queued plans reads the newest only, but the master cannot know which it saw)."""
+    A worker reads the model of its plan before it sends the plan's first result (a worker that may send before
+    its last chunk copies it out first), and results from one worker arrive in the order it sent them; so once a
+    result of plan ``t`` (or of a later plan: a plan it skipped or dropped is never read again) has come from
+    worker ``i``, no plan of ``i`` up to ``t`` is read any more. Until then its slot is held, whether the worker is
+    computing it, has not taken it yet, or will skip it (a worker that drains several queued plans reads the
+    newest only, but the master cannot know which it saw)."""
 
     def __init__(self, n: int):
         self.plans: list[list[tuple[int, int]]] = [[] for _ in range(n)]
@@ -47,8 +48,7 @@ class Unread:
 
 
 class Ring:
-    """Streaming (worker side): this worker's :data:`~.protocol.STREAM_RING` message segments in shared
-    memory.
+    """Worker side: this worker's message segments in shared memory.
 
     Message number ``m`` (counted over the run, only those sent through the ring) goes into segment ``m mod R``,
     which held message ``m - R``: free once the master has read that one (``consumed > m - R``; the master counts
