@@ -132,7 +132,7 @@ class TorchWorkload(Workload):
         torch.set_num_threads(threads)
         self.torch, self.dtype = torch, getattr(torch, dtype)
 
-        X, y = self._load(data, loss, seed)
+        X, y = self._read_data(data, loss)
         if n_samples is not None:
             if n_samples > X.shape[0]:
                 raise ConfigError(f"workload {self.name!r}: n_samples = {n_samples}, but the data hold "
@@ -161,6 +161,7 @@ class TorchWorkload(Workload):
         self._names = [n for n, _ in named]
         self._shapes = [tuple(p.shape) for _, p in named]
         self._numels = [p.numel() for _, p in named]
+        self._params = [p for _, p in named]
         self._w0 = torch.cat([p.detach().reshape(-1) for _, p in named]).to(torch.float64).numpy().copy()
         self.dim = int(sum(self._numels))
         self._check_forward(model)
@@ -169,7 +170,7 @@ class TorchWorkload(Workload):
         # w, a stack of equal batches x, y -> one gradient per batch (vmap over torch.func.grad)
         self._vgrad = func.vmap(func.grad(self._loss_sum), in_dims=(None, 0, 0))
 
-    def _load(self, data, loss: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    def _read_data(self, data, loss: str) -> tuple[np.ndarray, np.ndarray]:
         """``(X, y)``: the digits, a user's data file or a data factory's arrays."""
         if data is None:
             return _digits(self.name)
@@ -252,8 +253,17 @@ class TorchWorkload(Workload):
         return self._loss_fn(out, y)
 
     def _loss_sum(self, flat, x, y):
-        """``sum_i l(x_i; w)`` over the rows of ``x`` (the losses are means over a batch: times its size)."""
+        """``sum_i l(x_i; w)`` over the rows of ``x`` (the losses are means over a batch: times its size), the model
+        called functionally on ``flat`` (what ``vmap`` needs)."""
         return self._mean_loss(self._forward(flat, x), y) * x.shape[0]
+
+    def _set_params(self, flat) -> None:
+        """Copy ``flat`` into the module's own parameters. The per-partition path calls the module directly, as
+        an ordinary training loop does: ``functional_call`` re-binds every parameter on each call, which cost a
+        third of a torch_cnn partition's gradient (docs/extending.md)."""
+        with self.torch.no_grad():
+            for p, piece in zip(self._params, self.torch.split(flat, self._numels), strict=True):
+                p.copy_(piece.view_as(p))
 
     def _flat(self, w):
         arr = np.asarray(w, dtype=np.float64)
@@ -280,19 +290,20 @@ class TorchWorkload(Workload):
         else:
             # one backward pass per distinct partition: g_j is then the same computation, bit for bit, whatever
             # else the call holds (a repeated partition is computed once)
+            torch = self.torch
             uniq, inverse = np.unique(parts, return_inverse=True)
-            inverse = inverse.reshape(-1)
             if batch is not None:
-                idx = self.torch.from_numpy(self._batch_indices(t, uniq, n_parts, batch, bounds))
+                idx = torch.from_numpy(self._batch_indices(t, uniq, n_parts, batch, bounds))
+            self._set_params(flat)
+            rows = []
             for k, j in enumerate(uniq.tolist()):
                 if batch is None:
-                    rows = slice(int(bounds[j]), int(bounds[j + 1]))
-                    x, y = self._X[rows], self._y[rows]
+                    x, y = self._X[bounds[j]:bounds[j + 1]], self._y[bounds[j]:bounds[j + 1]]
                 else:
                     x, y = self._X[idx[k]], self._y[idx[k]]
-                p = flat.detach().requires_grad_()
-                (g,) = self.torch.autograd.grad(self._loss_sum(p, x, y), p)
-                G[inverse == k] = g.to(self.torch.float64).numpy()
+                grads = torch.autograd.grad(self._mean_loss(self.model(x), y) * x.shape[0], self._params)
+                rows.append(torch.cat([g.reshape(-1) for g in grads]))
+            G[:] = torch.stack(rows).to(torch.float64).numpy()[inverse.reshape(-1)]
         G *= (sizes / (batch * self.n_samples))[:, None] if batch is not None else 1.0 / self.n_samples
         if self.reg:
             G += (sizes * (self.reg / self.n_samples))[:, None] * arr[None, :]
