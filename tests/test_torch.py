@@ -202,3 +202,25 @@ def test_a_spec_with_a_bad_model_path_fails_before_any_work(tmp_path):
                     '[delay]\nname = "exponential"\n[scheme]\nname = "sync"\n[run]\niterations = 5\n')
     with pytest.raises(ConfigError, match="nosuchmodule"):
         load_spec(path)
+
+
+def test_the_extending_example_runs_as_written(tmp_path, monkeypatch):
+    """docs/extending.md, "Your own PyTorch model": its module and its [workload] table, in a spec the simulator
+    runs; the model learns the digits."""
+    import re
+    from pathlib import Path
+
+    from gradcode.spec import build, load_spec, run_kwargs
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    section = text.split("## Your own PyTorch model\n")[1].split("\n## ")[0]
+    blocks = dict(re.findall(r"```(\w+)\n(.*?)```", section, re.S))
+    (tmp_path / "mynet.py").write_text(blocks["python"])
+    (tmp_path / "spec.toml").write_text("[cluster]\nworkers = 4\n" + blocks["toml"] + '[delay]\nname = "exponential"\n'
+                                        '[scheme]\nname = "sync"\n[run]\niterations = 20\n')
+    monkeypatch.chdir(tmp_path)
+    spec = load_spec(tmp_path / "spec.toml")
+    schemes, delay, wl = build(spec)
+    assert wl.dim == 64 * 64 + 64 + 64 * 10 + 10
+    res = simulate(schemes[0], delay, wl, **run_kwargs(spec))
+    assert wl.heldout(res.params)["test_accuracy"] > 0.7
