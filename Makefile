@@ -54,7 +54,7 @@ $(STAMP_TORCH): pyproject.toml
 	$(PYTHON) -m venv $(VENV_TORCH)
 	$(VENV_TORCH)/bin/pip install --quiet --upgrade pip
 	$(VENV_TORCH)/bin/pip install --quiet torch==2.13.0
-	$(VENV_TORCH)/bin/pip install --quiet -e ".[mpi,data,dev,torch]"
+	$(VENV_TORCH)/bin/pip install --quiet -e ".[mpi,plots,data,dev,torch]"
 	touch $(STAMP_TORCH)
 test-torch: $(STAMP_TORCH)
 	$(VENV_TORCH)/bin/python -m pytest -q -m torch tests/test_torch*.py
