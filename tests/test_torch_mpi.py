@@ -55,3 +55,34 @@ def test_natural_timing_measures_the_models_real_compute(tmp_path):
     assert "test_accuracy" in records[-1]
     sync = simulate(make_scheme("sync", n=3), "exponential", make_workload("torch_cnn"), iterations=4, seed=0)
     np.testing.assert_allclose(params, sync.params, rtol=1e-9, atol=1e-12)
+
+
+def test_compare_sweep_and_a_replayed_capture_take_a_torch_workload(tmp_path):
+    """The study layer, unchanged: `gradcode compare` (simulator) of two schemes on torch_mlp, a `gradcode sweep`
+    over fastest_k's k, and `gradcode trace export` of a natural-timing MPI capture replayed in the simulator."""
+    import json
+    import sys
+
+    from gradcode.study.capture import export_trace
+
+    spec = ('[cluster]\nworkers = 3\nkind = "sim"\n[workload]\nname = "torch_mlp"\nhidden = [8]\n'
+            '[delay]\nname = "exponential"\n[[schemes]]\nname = "sync"\n[[schemes]]\nname = "fastest_k"\nk = 2\n'
+            '[run]\niterations = 5\n')
+    (tmp_path / "cmp.toml").write_text(spec)
+    (tmp_path / "sweep.toml").write_text(spec + '[sweep]\n"schemes.fastest_k.k" = [1, 2]\n')
+    gradcode = [sys.executable, "-m", "gradcode"]
+    for args in (["compare", "cmp.toml", "--out", "cmp"], ["sweep", "sweep.toml", "--out", "sweep", "--jobs", "1"]):
+        proc = subprocess.run(gradcode + args, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+        assert proc.returncode == 0, (args, proc.stderr[-3000:])
+    assert len(list((tmp_path / "cmp").rglob("records.jsonl"))) == 2
+    assert len(list((tmp_path / "sweep").rglob("records.jsonl"))) == 4
+
+    capture = {"cluster": {"workers": 3}, "workload": {"name": "torch_cnn"}, "delay": {"name": "none"},
+               "scheme": {"name": "sync"}, "run": {"iterations": 5, "seed": 0, "time_scale": 1.0}}
+    _run_mpi(capture, tmp_path)
+    trace, rows, _ = export_trace(tmp_path / "out", tmp_path / "trace.csv")
+    assert rows == 15
+    delay = {"name": "trace", "trace": str(trace), "normalize": False, "offset": 0}
+    replay = simulate(make_scheme("sync", n=3), delay, None, iterations=5, seed=0)
+    measured = json.loads((tmp_path / "out" / "summary.json").read_text())["mean_iteration_time"]
+    assert 0 < replay.summary["mean_iteration_time"] <= 2 * measured
