@@ -150,8 +150,8 @@ class TorchWorkload(Workload):
         self.lr = lr
         self._X = self._tensor(self.X)
         self._Xt = None if self.X_test is None else self._tensor(self.X_test)
-        self._y, self._yt = self._targets(self.y, loss), None if self.y_test is None else self._targets(self.y_test,
-                                                                                                       loss)
+        self._y = self._targets(self.y, loss)
+        self._yt = None if self.y_test is None else self._targets(self.y_test, loss)
         self._loss_name, self._loss_fn = loss, loss_fn
 
         self.model = self._make_model(factory, model_args, seed)
@@ -165,10 +165,9 @@ class TorchWorkload(Workload):
         self._w0 = torch.cat([p.detach().reshape(-1) for _, p in named]).to(torch.float64).numpy().copy()
         self.dim = int(sum(self._numels))
         self._check_forward(model)
-        func = torch.func
         self.vmap = vmap
         # w, a stack of equal batches x, y -> one gradient per batch (vmap over torch.func.grad)
-        self._vgrad = func.vmap(func.grad(self._loss_sum), in_dims=(None, 0, 0))
+        self._vgrad = torch.func.vmap(torch.func.grad(self._loss_sum), in_dims=(None, 0, 0))
 
     def _read_data(self, data, loss: str) -> tuple[np.ndarray, np.ndarray]:
         """``(X, y)``: the digits, a user's data file or a data factory's arrays."""
