@@ -15,6 +15,8 @@ to one float64 vector per partition), the delays, the scheme and a record per it
   arithmetic would reach (``bench_sim.scheme_seconds``).
 - ``params_vs_sync``: the largest relative difference of a run's final parameters from sync's: an exact code
   follows sync's trajectory to float tolerance, and the bare float32 loop does too, to float32's.
+- ``adapter``: one ``gradients`` call (n partitions' mini-batches) against the bare module's ``loss.backward()`` on
+  the same batches, and with ``vmap = true``: what the adapter adds per partition.
 
 Each repeat times every function in turn (interleaved, so the load of a shared machine falls on all); medians.
 
@@ -66,6 +68,33 @@ def bare_torch(wl, n: int, batch: int, iterations: int) -> np.ndarray:
     return parameters_to_vector(params).detach().double().numpy()
 
 
+def adapter_cost(wl, n: int, batch: int, calls: int, repeats: int, clock) -> dict:
+    """One ``gradients`` call of ``n`` partitions' mini-batches against the bare module computing the same batches'
+    gradients (``loss.backward()``), and the same call with ``vmap``: median ms a call."""
+    import torch
+    from torch.nn.functional import cross_entropy
+
+    model, params, w = wl.model, list(wl.model.parameters()), wl.init_params()
+    X, y = torch.tensor(wl.X, dtype=wl.dtype), torch.tensor(wl.y)
+
+    def bare():
+        for t in range(calls):
+            idx = torch.from_numpy(wl.batch_indices(t, range(n), n, batch))
+            for p in params:
+                p.grad = None
+            for j in range(n):
+                cross_entropy(model(X[idx[j]]), y[idx[j]], reduction="sum").backward()
+
+    def adapter(vmap=False):
+        wl.vmap = vmap
+        for t in range(calls):
+            wl.gradients(w, t, range(n), n, batch)
+        wl.vmap = False
+
+    sec = interleaved({"bare": bare, "adapter": adapter, "vmap": functools.partial(adapter, True)}, repeats, clock)
+    return {f"{k}_ms_per_call": 1e3 * v / calls for k, v in sec.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -98,6 +127,10 @@ def main() -> None:
         rows.append(row)
     bare_diff = float(np.max(np.abs(final["bare"] - final["sync"])) / np.max(np.abs(final["sync"])))
     rows.append({"case": "bare torch loop (float32 parameters) against sync's (float64)", "params_vs_sync": bare_diff})
+    for name in ("torch_cnn", "torch_mlp"):
+        cost = adapter_cost(make_workload(name, test_fraction=0.0), N, BATCH, 40, 2 * args.repeats + 1, clock)
+        rows.append({"case": f"adapter: one gradients call of {N} partitions x {BATCH}, {name}", **cost,
+                     "adapter_ms_per_partition": (cost["adapter_ms_per_call"] - cost["bare_ms_per_call"]) / N})
     for row in rows:
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) and abs(v) > 1e-3 else v) for k, v in row.items()}))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
