@@ -214,9 +214,11 @@ def test_the_extending_example_runs_as_written(tmp_path, monkeypatch):
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     section = text.split("## Your own PyTorch model\n")[1].split("\n## ")[0]
-    blocks = dict(re.findall(r"```(\w+)\n(.*?)```", section, re.S))
-    (tmp_path / "mynet.py").write_text(blocks["python"])
-    (tmp_path / "spec.toml").write_text("[cluster]\nworkers = 4\n" + blocks["toml"] + '[delay]\nname = "exponential"\n'
+    blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+    module = next(body for lang, body in blocks if body.startswith("# mynet.py"))
+    table = next(body for lang, body in blocks if lang == "toml")
+    (tmp_path / "mynet.py").write_text(module)
+    (tmp_path / "spec.toml").write_text("[cluster]\nworkers = 4\n" + table + '[delay]\nname = "exponential"\n'
                                         '[scheme]\nname = "sync"\n[run]\niterations = 20\n')
     monkeypatch.chdir(tmp_path)
     spec = load_spec(tmp_path / "spec.toml")
