@@ -294,15 +294,18 @@ class TorchWorkload(Workload):
             if batch is not None:
                 idx = torch.from_numpy(self._batch_indices(t, uniq, n_parts, batch, bounds))
             self._set_params(flat)
-            rows = []
+            rows = torch.empty((len(uniq), self.dim), dtype=self.dtype)
             for k, j in enumerate(uniq.tolist()):
                 if batch is None:
                     x, y = self._X[bounds[j]:bounds[j + 1]], self._y[bounds[j]:bounds[j + 1]]
                 else:
                     x, y = self._X[idx[k]], self._y[idx[k]]
                 grads = torch.autograd.grad(self._mean_loss(self.model(x), y) * x.shape[0], self._params)
-                rows.append(torch.cat([g.reshape(-1) for g in grads]))
-            G[:] = torch.stack(rows).to(torch.float64).numpy()[inverse.reshape(-1)]
+                torch.cat([g.reshape(-1) for g in grads], out=rows[k])
+            if len(uniq) == len(parts) and np.array_equal(uniq, parts):     # the usual call: no copy to reorder
+                G[:] = rows.numpy()
+            else:
+                G[:] = rows.numpy()[inverse.reshape(-1)]
         G *= (sizes / (batch * self.n_samples))[:, None] if batch is not None else 1.0 / self.n_samples
         if self.reg:
             G += (sizes * (self.reg / self.n_samples))[:, None] * arr[None, :]
