@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # One BLAS thread: small solves on a shared 2-core machine stall for milliseconds with two.
 export OPENBLAS_NUM_THREADS ?= 1
 
-.PHONY: demo test test-openmpi bench clean
+.PHONY: demo test test-openmpi test-torch bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,10 +45,24 @@ OPENMPI_TESTS := "tests/test_mpi.py::test_master_schemes_agree_with_simulator[fa
 test-openmpi: $(STAMP_OMPI)
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $(VENV_OMPI)/bin/python -m pytest -q $(OPENMPI_TESTS)
 
+# The torch workloads' tests in a venv of their own (the default venv and `make test` stay torch-free). torch is
+# pinned before the package: on machines of this kind 2.13.0 is a local CPU build, and `.[torch]` alone could pick
+# a newer version and download several GB of CUDA; elsewhere pip takes the user's build of that version.
+VENV_TORCH  := .venv-torch
+STAMP_TORCH := $(VENV_TORCH)/.installed
+$(STAMP_TORCH): pyproject.toml
+	$(PYTHON) -m venv $(VENV_TORCH)
+	$(VENV_TORCH)/bin/pip install --quiet --upgrade pip
+	$(VENV_TORCH)/bin/pip install --quiet torch==2.13.0
+	$(VENV_TORCH)/bin/pip install --quiet -e ".[mpi,plots,data,dev,torch]"
+	touch $(STAMP_TORCH)
+test-torch: $(STAMP_TORCH)
+	$(VENV_TORCH)/bin/python -m pytest -q -m torch tests/test_torch*.py
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_codes.py --blas-threads 1
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_mpi.py
 
 clean:
-	rm -rf $(VENV) $(VENV_OMPI) build *.egg-info
+	rm -rf $(VENV) $(VENV_OMPI) $(VENV_TORCH) build *.egg-info

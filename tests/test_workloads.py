@@ -373,7 +373,7 @@ def test_gradients_performance():
 # --- registry and validation --------------------------------------------------------------------------------
 def test_registry_and_make_workload_forms():
     names = list_workloads()
-    assert set(names) == {"least_squares", "logistic", "softmax_digits", "mlp"}
+    assert set(names) == {"least_squares", "logistic", "softmax_digits", "mlp", "torch", "torch_mlp", "torch_cnn"}
     assert all(isinstance(v, str) and v for v in names.values())
     a = make_workload({"name": "least_squares", "dim": 3, "n_samples": 30})
     assert a.dim == 3 and a.n_samples == 30

@@ -317,6 +317,10 @@ WORKLOADS = Registry("workload", "gradcode.workloads:Workload", {
     "logistic": "gradcode.workloads:Logistic",
     "softmax_digits": "gradcode.workloads:SoftmaxDigits",
     "mlp": "gradcode.workloads:MLP",
+    # PyTorch models: the module imports torch only when one is built, so these are listed without it
+    "torch": "gradcode.workloads.torch:TorchWorkload",
+    "torch_mlp": "gradcode.workloads.torch:TorchMLP",
+    "torch_cnn": "gradcode.workloads.torch:TorchCNN",
 }, group="gradcode.workloads")
 
 KINDS = {"code": CODES, "scheme": SCHEMES, "delay": DELAYS, "workload": WORKLOADS}
