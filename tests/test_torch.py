@@ -210,7 +210,7 @@ def test_the_extending_example_runs_as_written(tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
-    from gradcode.spec import build, load_spec, run_kwargs
+    from gradcode.spec import build, load_spec
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
     section = text.split("## Your own PyTorch model\n")[1].split("\n## ")[0]
@@ -224,5 +224,5 @@ def test_the_extending_example_runs_as_written(tmp_path, monkeypatch):
     spec = load_spec(tmp_path / "spec.toml")
     schemes, delay, wl = build(spec)
     assert wl.dim == 64 * 64 + 64 + 64 * 10 + 10
-    res = simulate(schemes[0], delay, wl, **run_kwargs(spec))
+    res = simulate(schemes[0], delay, wl, spec.options)
     assert wl.heldout(res.params)["test_accuracy"] > 0.7
