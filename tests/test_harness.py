@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from helpers import cli
+from helpers import NO_MPI, ROOT, cli
 
 import gradcode.clusters.sim
 from gradcode.errors import ConfigError
@@ -23,9 +23,6 @@ from gradcode.study.harness import (
     mpi_status,
     scheme_label,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-NO_MPI = (False, "MPI disabled in this test")
 
 SMALL = {
     "experiment": {"name": "small"},

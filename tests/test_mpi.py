@@ -40,7 +40,6 @@ from mpi_runtime import streaming as S
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
 from mpi_runtime.protocol import STREAM_RING
 
-TIMEOUT = 120
 
 # --- choosing well-separated seeds with the simulator's own arithmetic --------------------------------------
 def _dropcompute_gaps(spec: dict) -> float:
@@ -645,17 +644,17 @@ def test_streaming_overruns_are_flagged(tmp_path):
 
 
 # --- training options on both clusters ------------------------------------------------------------------------------
-SPEC = {"cluster": {"workers": 4},
-        "workload": {"name": "mlp", "hidden": [8], "seed": 1},
-        "delay": {"name": "constant", "value": 1.0},
-        "scheme": {"name": "sync"},
-        "run": {"iterations": 5, "seed": 0, "time_scale": 0.01, "grace": 5.0, "optimizer": "nesterov",
-                "momentum": 0.8, "lr": 0.3, "eval_every": 2, "target_accuracy": 0.3}}
+TRAINING_SPEC = {"cluster": {"workers": 4},
+                 "workload": {"name": "mlp", "hidden": [8], "seed": 1},
+                 "delay": {"name": "constant", "value": 1.0},
+                 "scheme": {"name": "sync"},
+                 "run": {"iterations": 5, "seed": 0, "time_scale": 0.01, "grace": 5.0, "optimizer": "nesterov",
+                         "momentum": 0.8, "lr": 0.3, "eval_every": 2, "target_accuracy": 0.3}}
 
 
 @pytest.mark.mpi
 def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path):
-    spec = load_spec(SPEC)
+    spec = load_spec(TRAINING_SPEC)
     schemes, delay, workload = build(spec)
     sim = simulate(schemes[0], delay, workload, **run_kwargs(spec), **training_kwargs(spec))
     plain = simulate(*[x for x in (build(spec)[0][0], delay, build(spec)[2])], **run_kwargs(spec))
@@ -666,7 +665,7 @@ def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path
     assert "time_to_target_accuracy" in sim.summary
 
     path = tmp_path / "spec.toml"
-    path.write_text(tomli_w.dumps(SPEC))
+    path.write_text(tomli_w.dumps(TRAINING_SPEC))
     out = tmp_path / "out"
     cmd, env, _ = prepare(path, out, 5)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
