@@ -20,9 +20,7 @@ from __future__ import annotations
 import importlib
 
 from .errors import ConfigError, DecodeFallbackWarning, GradcodeError, IllConditionedError, NotDecodableError
-from .plumbing import VERSION, moved
-
-moved.install()   # the modules that moved to the layer packages keep their old names (with a DeprecationWarning)
+from .plumbing import VERSION
 
 __version__ = VERSION
 

@@ -313,7 +313,7 @@ def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
 
 
 def diverged(out: Path, echo) -> None:
-    """Say so when the run's summary says its loss diverged (``gradcode.cluster.divergence``)."""
+    """Say so when the run's summary says its loss diverged (``gradcode.clusters.records.divergence``)."""
     try:
         summary = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):

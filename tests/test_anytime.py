@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import mpi_spec, read_whole_records, run_mpi, simulate_spec
 
 from gradcode import make_delay, make_scheme, make_workload, simulate
 from gradcode.clusters.records import as_written
 from gradcode.errors import ConfigError
 from gradcode.schemes.anytime import fixed_time
-from tests.test_mpi import _records, _run_mpi, _simulated, _spec
 
 # workers 0, 1 take 10 per sample, workers 2, 3 take 5: with T = 21 they finish 2 and 4 samples
 SLOW_FAST = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
@@ -130,14 +130,15 @@ def test_describe_and_registry():
 
 
 # --- the MPI cluster ------------------------------------------------------------------------------------------
+@pytest.mark.mpi
 def test_mpi_agrees_with_simulator(tmp_path):
     """Random sample times (shifted exponential), T fixed: the same counts on both clusters (every rank derives
     them from the same draws; the wall clock only executes them), the same model, mean iteration time within
     10%."""
-    spec = _spec({"name": "anytime", "T": 20.0, "M": 3, "max_samples": 8, "sample_load": 1.0}, iterations=6)
-    proc, out = _run_mpi(spec, tmp_path)
+    spec = mpi_spec({"name": "anytime", "T": 20.0, "M": 3, "max_samples": 8, "sample_load": 1.0}, iterations=6)
+    proc, out = run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    mpi, sim = _records(out), _simulated(spec)
+    mpi, sim = read_whole_records(out), simulate_spec(spec)
     assert [r["counts"] for r in mpi] == [r["counts"] for r in sim.records]
     assert [r["load"] for r in mpi] == as_written([r["load"] for r in sim.records])
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
@@ -145,10 +146,11 @@ def test_mpi_agrees_with_simulator(tmp_path):
     assert mean == pytest.approx(sim.summary["mean_iteration_time"], rel=0.10)
 
 
+@pytest.mark.mpi
 def test_mpi_auto_T_same_on_every_rank(tmp_path):
-    spec = _spec({"name": "anytime", "M": 3, "warmup": 1, "record_steps": 2}, iterations=5)
-    proc, out = _run_mpi(spec, tmp_path)
+    spec = mpi_spec({"name": "anytime", "M": 3, "warmup": 1, "record_steps": 2}, iterations=5)
+    proc, out = run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    mpi, sim = _records(out), _simulated(spec)
+    mpi, sim = read_whole_records(out), simulate_spec(spec)
     assert math.isfinite(mpi[-1]["T"]) and mpi[-1]["T"] == pytest.approx(sim.records[-1]["T"])
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)

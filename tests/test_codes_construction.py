@@ -22,7 +22,7 @@ CYCLIC = [("cyclic_repetition", {}), ("cyclic_mds", {}), ("reed_solomon", {}), (
 def test_cyclic_codes_live_on_the_windows(name, params, n, s):
     code = gradcode.make_code(name, n, s, seed=2, **params)
     assert isinstance(code, CyclicSupportCode)
-    # cyclic MDS decodes from some sets of fewer than n - s (issue 28: workers {0, 2} at n = 4, s = 1); the others
+    # cyclic MDS decodes from some sets of fewer than n - s (workers {0, 2} at n = 4, s = 1); the others
     # never do (a random H; Reed-Solomon's decoder refuses fewer)
     assert code.early_decoding == (name == "cyclic_mds")
     assert code.windows.tolist() == [[(i + t) % n for t in range(s + 1)] for i in range(n)]

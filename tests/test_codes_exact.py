@@ -19,7 +19,7 @@ import gradcode
 from gradcode import IllConditionedError, NotDecodableError
 from gradcode.codes.cyclic import golden_stride
 
-# auto's fallback warns (tested in test_decode_reliability.py); here it would only be noise
+# auto's fallback warns (tested in test_codes_decode.py); here it would only be noise
 pytestmark = pytest.mark.filterwarnings("ignore::gradcode.errors.DecodeFallbackWarning")
 
 EXACT = ["uncoded", "fractional_repetition", "cyclic_repetition", "cyclic_mds", "reed_solomon",

@@ -2,7 +2,7 @@
 
 The fingerprints were taken before the codes were regrouped by construction (commit fb33360); a change of any
 entry of ``B``, of the seeded draws or of a decoder shows here. Weighting by ``cos`` makes the fingerprint sensitive
-to a permutation of entries, not only to their sum. cyclic_mds's default ``node_order = "golden"`` (issue 11) changed
+to a permutation of entries, not only to their sum. cyclic_mds's default ``node_order = "golden"`` changed
 its ``B`` (docs/references.md#gradient-codes); the former ``B`` is pinned with ``node_order = "natural"``.
 """
 
@@ -23,7 +23,7 @@ PINNED = [
     ('cyclic_repetition', 7, 2, {}, [-9.9042783519, 0.0, -0.8588116085, 0.0]),
     ('cyclic_mds', 7, 2, {}, [-2.1676484257, 0.0, 0.1331465183, 0.0]),
     ('cyclic_mds', 8, 2, {}, [1.7651863057, 2.788830635, -1.9444060703, 1.4836723913]),
-    # the paper's B (node_order "natural", the default before issue 11): unchanged
+    # the paper's B (node_order "natural", the former default): unchanged
     ('cyclic_mds', 7, 2, {'node_order': 'natural'}, [-2.5240164589, 0.0, 0.2023949507, 0.0]),
     ('cyclic_mds', 8, 2, {'node_order': 'natural'}, [1.7651863057, 0.4784876906, 0.291437633, 0.1785175303]),
     ('reed_solomon', 8, 3, {}, [1.8647956706, 2.6141656455, 0.8837899308, 0.2619323769]),

@@ -9,6 +9,7 @@ from importlib.resources import files
 import numpy as np
 import pytest
 
+from gradcode import make_scheme
 from gradcode.delays import DelayModel, list_delays, make_delay, shipped_traces
 from gradcode.errors import ConfigError
 
@@ -61,6 +62,7 @@ def _check_mc(samples: np.ndarray, k: int, expected: float, rel: float):
 
 
 # --- order statistics ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", IID_SPECS, ids=lambda s: str(s))
 def test_order_statistic_matches_monte_carlo_iid(spec):
     model = make_delay(spec)
@@ -308,7 +310,7 @@ def test_wrapper_inherits_or_overrides_comm():
     base = {"name": "exponential", "comm": 0.3}
     assert make_delay("persistent", base=base).comm == 0.3
     assert make_delay("persistent", base=base, comm=1.0).comm == 1.0
-    # a mixture's components keep their own communication (before issue 12 this was an error)
+    # a mixture's components keep their own communication
     mixed = make_delay("mixture", components=[{"weight": 1, "model": base},
                                               {"weight": 1, "model": "exponential"}])
     assert sorted(set(np.unique(mixed.sample(0, np.arange(20), 8)[1]))) == [0.0, 0.3]
@@ -631,3 +633,33 @@ def test_expectation_over_atoms_is_the_direct_sum(monkeypatch):
     monkeypatch.setattr(_comm, "_CHUNK", 3 * 2048)    # blocks of 3 points
     for got, want in cases:
         np.testing.assert_allclose(got(x.reshape(37, 1)), want.reshape(37, 1), rtol=0, atol=1e-13)
+
+
+# --- a trace file that is not a trace; order statistics computed once -----------------------------------------------
+@pytest.mark.parametrize("content", ["user,password\nalice,SECRET123\n", "a,b,c,d,e\n1,2,3,4,SECRET456\n",
+                                     "step,dp_rank,stage,microbatch,compute_s\n0,0,0,0,SECRET789\n",
+                                     "step;dp_rank\nSECRETabc;1\n"])
+def test_trace_error_quotes_nothing_of_the_file(tmp_path, content):
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match="not a trace|must have") as err:
+        make_delay("trace", trace=str(path))
+    assert "SECRET" not in str(err.value) and "alice" not in str(err.value)
+
+
+def test_order_statistics_are_computed_once_per_process_for_a_spec(monkeypatch):
+    # A sweep builds every cell twice (checked, then run): adaptive_k_load's plan integrated the same order
+    # statistics twice (regimes.toml, 15 cells: 141 s -> 2.8 s for the second build on a loaded machine).
+    from gradcode.delays import _base
+
+    calls = []
+    real = _base.DelayModel._eos
+    monkeypatch.setattr(_base.DelayModel, "_eos", lambda self, *a: calls.append(a) or real(self, *a))
+    spec = {"name": "pareto", "alpha": 2.0}          # a closed form: cheap, and cached all the same
+    first = make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(spec))
+    counted = len(calls)
+    second = make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(spec))
+    assert counted > 0 and len(calls) == counted
+    assert second._choices == first._choices
+    make_scheme("adaptive_k_load", n=5, max_batch=2, delay=make_delay(dict(spec, alpha=3.0)))
+    assert len(calls) > counted              # another spec: computed

@@ -1,4 +1,4 @@
-"""Readable figures and report numbers (issue 12, section 3): legends outside the points, panels wrapped, a timeline
+"""Readable figures and report numbers: legends outside the points, panels wrapped, a timeline
 that says what it shows, no empty adaptive.png, numbers to the digits their CI warrants, plain progress lines in a
 log, and equal work per worker-step by default (DropCompute's ``micro_load = 1/M``)."""
 
@@ -134,6 +134,7 @@ def test_every_multi_panel_figure_wraps_at_three_panels(five):
         assert width <= 1500, f"{name}: {width}x{height}"
 
 
+@pytest.mark.slow
 def test_panels_per_row(five, figures, tmp_path):
     runs = load_runs(five)
     plots.loss_vs_time(runs, tmp_path / "a.png")
@@ -150,8 +151,8 @@ def _rows(key: str, values) -> list[dict]:
 
 
 def test_cells_show_the_digits_their_ci_warrants():
-    """report.md's cells are gradcode.output.numfmt's (whose own rules are tested with it): checked here on the cases of
-    the issue, so that a report never shows noise to 4 digits again."""
+    """report.md's cells are gradcode.output.numfmt's (whose own rules are tested with it): checked here on typical
+    cases, so that a report never shows noise to 4 digits."""
     from gradcode.output.numfmt import fmt_ci
 
     for values in ([2.017e-14 - 2.0e-14, 2.017e-14, 2.017e-14 + 2.0e-14], [1.20, 1.234, 1.268], [1000.0, 1400.0]):
@@ -177,6 +178,7 @@ def test_reading_gives_the_winner_with_its_ci():
 
 
 # --- 6. progress: plain lines in a log ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_progress_to_a_pipe_has_no_carriage_returns(tmp_path):
     spec = {**SPEC, "delays": DELAYS[:2], "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 3}]}
     path = tmp_path / "spec.toml"

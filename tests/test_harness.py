@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tomli_w
+from helpers import NO_MPI, ROOT, cli
 
 import gradcode.clusters.sim
 from gradcode.errors import ConfigError
@@ -25,9 +23,6 @@ from gradcode.study.harness import (
     mpi_status,
     scheme_label,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-NO_MPI = (False, "MPI disabled in this test")
 
 SMALL = {
     "experiment": {"name": "small"},
@@ -258,18 +253,14 @@ def test_mpi_unavailable_is_stated_in_the_report(reference):
 
 
 # --- the README's main command --------------------------------------------------------------------------------
-def _cli(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "gradcode", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=ROOT)
-
-
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_readme_main_command_quick(tmp_path):
     """`gradcode compare --quick --out DIR`: the default experiment, cluster "both", so MPI runs too when
     mpi4py and `gradcode run` are available, and the report cross-checks them against the simulator."""
     out = tmp_path / "quick"
     assert mpi_status()[0], f"MPI is part of the main command and is installed by `make`: {mpi_status()[1]}"
-    proc = _cli("compare", "--quick", "--out", str(out), timeout=240)
+    proc = cli("compare", "--quick", "--out", str(out), timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for name in ("summary.csv", "summary.json", "report.md"):
         assert (out / name).stat().st_size > 0

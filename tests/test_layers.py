@@ -13,8 +13,6 @@ blocks, since each is a dependency at some point), resolves each to the module i
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -164,63 +162,3 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
     known = {"top": path, "top.pkg": path, "top.pkg.sib": path, "top.pkg.sub": path, "top.other": path,
              "top.mod": path, "top.pkg.mod": path}
     assert imports("top.pkg.mod", path, known) == {"top.pkg.sib", "top.pkg.sub", "top.other", "top.mod"}
-
-
-# --- old import paths ---------------------------------------------------------------------------------------
-OLD_PATHS = ["gradcode._params", "gradcode.registry", "gradcode.outdir", "gradcode.children", "gradcode.fingerprint",
-             "gradcode.progress", "gradcode.datafile", "gradcode.memory", "gradcode.metrics", "gradcode.cluster",
-             "gradcode.sim", "gradcode.numfmt", "gradcode.report", "gradcode.report_html", "gradcode.plots",
-             "gradcode.regimes", "gradcode.regime_plots", "gradcode.harness", "gradcode.sweep", "gradcode.sweep_run",
-             "gradcode.capture", "gradcode.demo"]
-
-
-def test_every_module_that_moved_is_in_the_table():
-    from gradcode.plumbing.moved import MOVED
-
-    assert sorted(MOVED) == sorted(OLD_PATHS)
-    assert all(new in modules() for new in MOVED.values())
-
-
-def _old_import(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-W", "error::DeprecationWarning:__main__", "-c", code],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
-
-
-@pytest.mark.parametrize("old", OLD_PATHS)
-def test_an_old_import_path_works_and_warns(old):
-    """A user's plugin written against the flat layout still imports: the same module object as the new path,
-    with its own name and spec, and one DeprecationWarning naming the new path (in a fresh interpreter, where
-    nothing is imported yet)."""
-    from gradcode.plumbing.moved import MOVED
-
-    new = MOVED[old]
-    code = ("import warnings, importlib\n"
-            "with warnings.catch_warnings(record=True) as caught:\n"
-            "    warnings.simplefilter('always')\n"
-            f"    import {old} as m\n"
-            f"assert m is importlib.import_module({new!r}), m\n"
-            f"assert m.__name__ == m.__spec__.name == {new!r}, (m.__name__, m.__spec__.name)\n"
-            f"moved = [w for w in caught if issubclass(w.category, DeprecationWarning) and {new!r} in str(w.message)]\n"
-            "assert len(moved) == 1 and moved[0].filename == '<string>', [str(w.message) for w in caught]\n")
-    proc = _old_import(code)
-    assert proc.returncode == 0, proc.stderr
-
-
-def test_names_from_an_old_path_are_the_new_objects():
-    """``from gradcode.cluster import ...`` (driver and records together) and a name below an old package path."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from gradcode.cluster import Driver, summarize
-        from gradcode.sim import simulate
-    from gradcode.clusters.driver import Driver as NewDriver
-    from gradcode.clusters.records import summarize as new_summarize
-    from gradcode.clusters.sim import simulate as new_simulate
-
-    assert (Driver, summarize, simulate) == (NewDriver, new_summarize, new_simulate)
-
-
-def test_an_unknown_old_name_is_still_an_import_error():
-    proc = _old_import("import gradcode.nothing_here")
-    assert proc.returncode == 1 and "ModuleNotFoundError" in proc.stderr

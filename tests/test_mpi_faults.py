@@ -2,7 +2,7 @@
 its summary with the error whenever it is alive; bad test hooks and launcher options are errors before the run;
 zero injected delay gives no meaningless ratio and no overrun.
 
-Every job runs in a subprocess with a timeout (``tests/test_mpi.py``'s helpers); small runs, short grace.
+Every job runs in a subprocess with a timeout (``tests/helpers.py``); small runs, short grace.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomli_w
+from helpers import ENV, check_worker_times, experiment, mpi_spec, processes, read_whole_records, run_mpi, wait_dead
 
 from gradcode.clusters.records import summarize
 from gradcode.errors import ConfigError
 from mpi_runtime.faults import check_hooks
 from mpi_runtime.launch import SURVIVE_DEATH, find_mpiexec, prepare
-from tests.test_mpi import _records, _run_mpi, _spec
 
 TIMEOUT = 40
 DROP = {"name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 3.0, "warmup": 1}   # a unit per micro-batch
@@ -33,15 +33,16 @@ DROP = {"name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 3.0, "warmup": 
 def _fault(spec: dict, tmp_path: Path, **env: str):
     """Run with test hooks; (process, summary or None, seconds)."""
     tick = time.monotonic()
-    proc, out = _run_mpi(spec, tmp_path, env_extra=env, timeout=TIMEOUT)
+    proc, out = run_mpi(spec, tmp_path, env_extra=env, timeout=TIMEOUT)
     summary = out / "summary.json"
     return proc, json.loads(summary.read_text()) if summary.exists() else None, time.monotonic() - tick
 
 
-# --- item 9: a rank that stops before the clock starts -------------------------------------------------------
+# --- a rank that stops before the clock starts -------------------------------------------------------------
+@pytest.mark.mpi
 @pytest.mark.parametrize("stage, what", [("start", "start-up"), ("warmup", "warm-up")])
 def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
-    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=4, grace=1.0)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=4, grace=1.0)
     spec["run"]["startup_timeout"] = 2.0
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:{stage}:hang")
     assert proc.returncode == 1, proc.stderr
@@ -49,61 +50,67 @@ def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
     assert f"{what}: rank 2 (worker 1)" in summary["error"]
 
 
+@pytest.mark.mpi
 def test_master_stuck_before_the_run_is_named(tmp_path):
-    spec = _spec({"name": "sync"}, n=2, iterations=4, grace=1.0)
+    spec = mpi_spec({"name": "sync"}, n=2, iterations=4, grace=1.0)
     spec["run"]["startup_timeout"] = 2.0
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="0:warmup:hang")
     assert proc.returncode == 1
     assert "warm-up: rank 0 (master) did not answer" in proc.stderr and "rank 0: its process is" in proc.stderr
 
 
-# --- item 10: crashes name the rank; rank 0 writes its summary ------------------------------------------------
+# --- crashes name the rank; rank 0 writes its summary -------------------------------------------------------
+@pytest.mark.mpi
 @pytest.mark.parametrize("how", ["exit", "kill"])
 def test_dead_worker_is_named_and_summary_written(tmp_path, how):
     """A worker that ends without a word (a segfault, an OOM kill): the launcher no longer kills the job first."""
-    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:3:{how}")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) died" in proc.stderr and "BAD TERMINATION" not in proc.stdout + proc.stderr
-    if how == "kill":   # the shell around the rank names it too, under any launcher (issue 11)
+    if how == "kill":   # the shell around the rank names it too, under any launcher
         assert re.search(r"gradcode: rank 2 \(process \d+\) ended on signal 9", proc.stderr), proc.stderr
     assert "rank 2 (worker 1) died" in summary["error"]
-    assert 3 <= len(_records(tmp_path / "out")) <= 4
+    assert 3 <= len(read_whole_records(tmp_path / "out")) <= 4
 
 
+@pytest.mark.mpi
 def test_failed_worker_reason_reaches_the_summary(tmp_path):
-    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) crashed (InjectedCrash)" in proc.stderr
     assert summary["error"].startswith("rank 2 (worker 1) failed: crashed (InjectedCrash): injected crash")
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("how", ["", ":exit"])
 def test_master_crash(how, tmp_path):
     """Crashing the master works: raised, it writes its summary; dead, the workers notice and name it."""
-    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=10)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=10)
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"0:3{how}")
     assert proc.returncode == 1
     if how:
         assert "error: rank 0 (master) died: its process is gone" in proc.stderr
     else:
         assert "rank 0 (master) crashed (InjectedCrash)" in proc.stderr
-        assert "injected crash" in summary["error"] and len(_records(tmp_path / "out")) == 3
+        assert "injected crash" in summary["error"] and len(read_whole_records(tmp_path / "out")) == 3
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("how, said", [(":hang", "rank 2 (worker 1) stopped answering"),
                                        (":exit", "rank 2 (worker 1) died")])
 def test_dropcompute_names_the_rank_that_stopped(how, said, tmp_path):
-    spec = _spec(dict(DROP), n=3, iterations=6, grace=1.0)
+    spec = mpi_spec(dict(DROP), n=3, iterations=6, grace=1.0)
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:2{how}")
     assert proc.returncode == 1
     assert said in proc.stderr and said in summary["error"]
-    assert len(_records(tmp_path / "out")) == 2
+    assert len(read_whole_records(tmp_path / "out")) == 2
 
 
+@pytest.mark.mpi
 def test_nan_under_sync_names_the_erased_worker_at_once(tmp_path):
-    spec = _spec({"name": "sync"}, n=3, iterations=6, grace=10.0)
+    spec = mpi_spec({"name": "sync"}, n=3, iterations=6, grace=10.0)
     proc, summary, seconds = _fault(spec, tmp_path, GRADCODE_TEST_NAN="2:3")
     assert proc.returncode == 1
     assert "erasures (non-finite messages, never combined) from workers [1] (ranks [2])" in summary["error"]
@@ -124,11 +131,12 @@ def _rank_pid(spec_path: Path, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("rank, said", [(2, "rank 0 (master) error: rank 2 (worker 1) died"),
                                         (0, "error: rank 0 (master) died")])
 def test_sigkill_of_a_rank_is_named(rank, said, tmp_path):
     """``kill -9`` of a worker (rank 0 names it and writes its summary) or of the master (the workers name it)."""
-    spec = _spec({"name": "fastest_k", "k": 2}, n=3, iterations=400)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=400)
     path = tmp_path / "spec.toml"
     path.write_text(tomli_w.dumps(spec))
     cmd, env, _ = prepare(path, tmp_path / "out", 4)
@@ -149,7 +157,7 @@ def test_sigkill_of_a_rank_is_named(rank, said, tmp_path):
         assert "rank 2 (worker 1) died" in json.loads((tmp_path / "out" / "summary.json").read_text())["error"]
 
 
-# --- item 3: hooks that could not fire, and launcher options --------------------------------------------------
+# --- hooks that could not fire, and launcher options --------------------------------------------------------
 @pytest.mark.parametrize("env, said", [
     ({"GRADCODE_TEST_CRASH": "9:5"}, "rank 9 is not a rank of this job (0..3"),
     ({"GRADCODE_TEST_CRASH": "-1:5"}, "rank -1 is not a rank"),
@@ -167,7 +175,7 @@ def test_hooks_that_cannot_fire_are_errors(env, said):
 
 def test_gradcode_run_rejects_a_hook_before_launch(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps(_spec({"name": "sync"}, iterations=3)))
+    path.write_text(tomli_w.dumps(mpi_spec({"name": "sync"}, iterations=3)))
     proc = subprocess.run([sys.executable, "-m", "gradcode", "run", str(path), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=60, env={**os.environ, "GRADCODE_TEST_CRASH": "0:9"})
     assert proc.returncode == 2 and "GRADCODE_TEST_CRASH: iteration 9" in proc.stderr
@@ -200,19 +208,19 @@ def test_hostfile_must_exist(tmp_path):
         prepare(tmp_path / "s.toml", tmp_path / "o", 2, hostfile=str(tmp_path))
 
 
-# --- item 4: zero injected delay --------------------------------------------------------------------------------
+# --- zero injected delay --------------------------------------------------------------------------------------
+@pytest.mark.mpi
 @pytest.mark.parametrize("scheme, value", [({"name": "fastest_k", "k": 2}, 0.0), (dict(DROP), 1e-9)])
 def test_zero_delay_has_no_ratio_and_no_overrun(scheme, value, tmp_path):
     """Zero, and tiny (1e-9 units: far below the runtime's 1 ms resolution), delays: no ratio (null, with the
     reason), no overrun, messages and work counted, per-worker times consistent."""
-    from tests.test_natural import check_worker_times
 
-    spec = _spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": value})
+    spec = mpi_spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": value})
     proc, summary, _ = _fault(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert summary["overhead_ratio"] is None and summary["median_overhead_ratio"] is None
     assert "ideal time of 0" in summary["overhead_ratio_note"]
-    records = _records(tmp_path / "out")
+    records = read_whole_records(tmp_path / "out")
     assert summary["overruns"] == 0 and all(r["overruns"] == [] for r in records)
     assert summary["messages"] >= 2 * len(records) and all(r["messages"] >= 2 for r in records)
     assert summary["computed"] > 0 and summary["wasted"] >= 0
@@ -288,13 +296,15 @@ def test_every_launcher_gets_the_rank_wrapper():
                                                                                      "mpi_runtime"]
 
 
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_ranks_hung_in_startup_are_killed_with_the_reason(tmp_path):
     """Every rank hangs before any code of ours runs (here in Python's start-up, as in a stuck MPI_Init): the ranks'
     own bounded waits never begin, so the launcher's watchdog must end the job and say why."""
     hook = tmp_path / "hook"
     hook.mkdir()
     (hook / "sitecustomize.py").write_text("import os, time\nwhile 'PMI_RANK' in os.environ:\n    time.sleep(1)\n")
-    spec = _spec({"name": "sync"}, iterations=3)
+    spec = mpi_spec({"name": "sync"}, iterations=3)
     spec["run"]["startup_timeout"] = 1.0
     path = tmp_path / "s.toml"
     path.write_text(tomli_w.dumps(spec))
@@ -307,3 +317,40 @@ def test_ranks_hung_in_startup_are_killed_with_the_reason(tmp_path):
     assert time.monotonic() - start < 60
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert "MPI_Init" in summary["error"] and summary["iterations"] == 0
+
+
+# --- a launcher that dies -------------------------------------------------------------------------------------------
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("victim", ["proxy", "wrapper"])
+def test_ranks_end_when_their_launcher_dies(tmp_path, victim):
+    """kill -9 of MPICH's proxy (the ranks' launcher) or of one rank's wrapper shell (launch.SURVIVE_DEATH): no
+    rank runs on as an orphan, and nothing is left holding the run folder."""
+    import tomli_w
+
+    run = experiment(iterations=400, seeds=[0], time_scale=0.05, grace=2.0)
+    run.pop("experiment")
+    run["schemes"] = [{"name": "sync"}]
+    run["run"]["seed"] = run["run"].pop("seeds")[0]
+    path = tmp_path / "run.toml"
+    path.write_text(tomli_w.dumps(run))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "gradcode", "run", str(path), "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not (out / "records.jsonl").is_file():
+            time.sleep(0.2)
+        assert (out / "records.jsonl").is_file(), "the MPI run never started"
+        ranks = [p for p in processes(str(out)) if "mpi_runtime" in _argv(p) and "python" in _argv(p)[0]]
+        assert len(ranks) == 4
+        shell = int(Path(f"/proc/{ranks[1]}/stat").read_text().split()[3])    # the rank's parent: its wrapper
+        proxy = int(Path(f"/proc/{shell}/stat").read_text().split()[3])
+        os.kill(proxy if victim == "proxy" else shell, signal.SIGKILL)
+        assert wait_dead(ranks, 15) == [], processes(str(out))
+        proc.wait(timeout=30)       # and the launcher ends (no process holds the job open)
+    finally:
+        proc.kill()

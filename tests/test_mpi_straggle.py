@@ -11,17 +11,15 @@ checked the way tests/test_mpi.py checks timing: never below the ideal, and on a
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
-
 import numpy as np
 import pytest
-import tomli_w
+from helpers import mpi_spec, run_mpi
 
 from gradcode.clusters.sim import simulate
 from gradcode.output.report import read_records
 from gradcode.spec import build, load_spec
-from mpi_runtime.launch import prepare
+
+pytestmark = pytest.mark.mpi
 
 SCALE = 0.05         # seconds per model time unit: sync's 6 units are 300 ms
 TIMEOUT = 180
@@ -42,27 +40,11 @@ CASES = {
 }
 
 
-def _spec(scheme: dict, delay: dict) -> dict:
-    return {"cluster": {"workers": N},
-            "workload": {"name": "least_squares", "n_samples": 240, "dim": 8, "seed": 1},
-            "delay": delay, "scheme": scheme,
-            "run": {"iterations": 8, "seed": 0, "time_scale": SCALE, "grace": 2.0}}
-
-
-def _run_mpi(spec: dict, tmp_path: Path):
-    path = tmp_path / "spec.toml"
-    path.write_text(tomli_w.dumps(spec))
-    out = tmp_path / "out"
-    cmd, env, _ = prepare(path, out, N + 1)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    return proc, out
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_classic_straggle_on_mpi(case, tmp_path):
     scheme, delay, expected = CASES[case]
-    spec = _spec(scheme, delay)
-    proc, out = _run_mpi(spec, tmp_path)
+    spec = mpi_spec(scheme, n=N, iterations=8, delay=delay, scale=SCALE)
+    proc, out = run_mpi(spec, tmp_path, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     records, whole = read_records(out / "records.jsonl")
     assert whole and len(records) == spec["run"]["iterations"]

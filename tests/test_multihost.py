@@ -21,11 +21,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomli_w
+from helpers import master_gaps, mpi_spec, read_whole_records, separated, simulate_spec
 
 from gradcode.clusters.records import as_written
 from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, _tool, missing_requirements
 from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor, prepare
-from tests.test_mpi import _master_gaps, _records, _separated, _simulated, _spec
+
+pytestmark = [pytest.mark.multihost, pytest.mark.mpi]
 
 TIMEOUT = 120
 PREFIX = f"t{os.getpid() % 100000}"
@@ -79,7 +81,7 @@ def test_not_root_is_a_clear_error(monkeypatch):
 @needs_root
 def test_the_tools_are_found_without_sbin_on_path(monkeypatch):
     """A root shell whose PATH lacks sbin (`env -i`, cron, a container's minimal PATH) still finds `ip` and `tc`
-    where the system keeps them: the cluster is not refused for it (before: "needs `tc` on PATH")."""
+    where the system keeps them: the cluster is not refused for it (not "needs `tc` on PATH")."""
     monkeypatch.setenv("PATH", "/nonexistent")
     assert missing_requirements(rate=True) is None
     assert Path(_tool("ip")).name == "ip" and Path(_tool("tc")).name == "tc"
@@ -133,26 +135,27 @@ def test_master_worker_across_hosts_agrees_with_simulator(cluster, late, tmp_pat
     """fastest_k over 3 hosts, both late-worker rules: exit status 0, the simulator's responders every iteration and
     its parameters, an overhead ratio near 1 (the payloads travel in messages between hosts)."""
     def make(seed):
-        spec = _spec({"name": "fastest_k", "k": 2}, seed=seed, iterations=8)
+        spec = mpi_spec({"name": "fastest_k", "k": 2}, seed=seed, iterations=8)
         spec["cluster"]["late_workers"] = late
         return spec
 
-    spec = _separated(make, _master_gaps)
+    spec = separated(make, master_gaps)
     proc, out = _run(cluster, spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    mpi, sim = _records(out), _simulated(spec)
+    mpi, sim = read_whole_records(out), simulate_spec(spec)
     assert [sorted(r["responders"]) for r in mpi] == [sorted(int(i) for i in r["responders"]) for r in sim.records]
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     summary = json.loads((out / "summary.json").read_text())
     assert 0.95 < summary["overhead_ratio"] < 1.3, summary["overhead_ratio"]
 
 
+@pytest.mark.slow
 def test_streaming_across_hosts_is_exact(cluster, tmp_path):
     """partial_coded (a message per chunk) over 3 hosts: every combined gradient exact, the simulator's parameters."""
-    spec = _spec({"name": "partial_coded", "s": 1, "l": 2}, iterations=6, seed=3)
+    spec = mpi_spec({"name": "partial_coded", "s": 1, "l": 2}, iterations=6, seed=3)
     proc, out = _run(cluster, spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    mpi, sim = _records(out), _simulated(spec)
+    mpi, sim = read_whole_records(out), simulate_spec(spec)
     assert all(r["method"] == "exact" and r["grad_error"] <= 1e-10 for r in mpi)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     assert json.loads((out / "summary.json").read_text())["overhead_ratio"] < 1.3
@@ -162,24 +165,24 @@ def test_allreduce_across_hosts_agrees_with_simulator(cluster, tmp_path):
     """DropCompute (All-Reduce, every rank a peer) over 3 hosts: the simulator's micro-batch counts and parameters
     (the deterministic spec of tests/test_mpi.py: every timer check 30 ms from tau)."""
     delay = {"name": "persistent", "base": {"name": "constant", "value": 5.0}, "workers": [0, 1], "slowdown": 2.0}
-    spec = _spec({"name": "dropcompute", "M": 3, "micro_load": 1.0, "tau": 8.3, "warmup": 2}, iterations=4,
+    spec = mpi_spec({"name": "dropcompute", "M": 3, "micro_load": 1.0, "tau": 8.3, "warmup": 2}, iterations=4,
                  delay=delay)
     proc, out = _run(cluster, spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
-    mpi, sim = _records(out), _simulated(spec)
+    mpi, sim = read_whole_records(out), simulate_spec(spec)
     assert [r["load"] for r in mpi] == as_written([r["load"] for r in sim.records])
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
 
 
 def test_natural_timing_across_hosts(cluster, tmp_path):
     """No injected delay: real compute and real transfer between hosts, every worker's times recorded."""
-    spec = _spec({"name": "sync"}, iterations=5, delay={"name": "none"})
+    spec = mpi_spec({"name": "sync"}, iterations=5, delay={"name": "none"})
     spec["run"]["time_scale"] = 1.0
     proc, out = _run(cluster, spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["overhead_ratio"] is None and summary["iterations"] == 5
-    for rec in _records(out):
+    for rec in read_whole_records(out):
         assert sorted(rec["responders"]) == [0, 1, 2, 3]
         assert all(a is not None and 0 < a <= rec["end"] - rec["start"] + 1e-9 for a in rec["worker_arrived"])
 
@@ -187,7 +190,7 @@ def test_natural_timing_across_hosts(cluster, tmp_path):
 def test_gradcode_run_spans_the_hosts_and_prints_a_summary(cluster, tmp_path):
     """The command a user types, unchanged but for --hostfile (the cluster's environment set)."""
     path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps(_spec({"name": "fastest_k", "k": 3}, iterations=4)))
+    path.write_text(tomli_w.dumps(mpi_spec({"name": "fastest_k", "k": 3}, iterations=4)))
     args = [sys.executable, "-m", "gradcode", "run", str(path), "--out", str(tmp_path / "o"),
             "--hostfile", _hostfile(cluster)] + (["--mpiexec", MPIEXEC] if MPIEXEC else [])
     proc = subprocess.run(args, env={**os.environ, **cluster.env()}, capture_output=True, text=True, timeout=TIMEOUT)
@@ -199,7 +202,7 @@ def test_gradcode_run_spans_the_hosts_and_prints_a_summary(cluster, tmp_path):
 
 # --- faults on a remote host ----------------------------------------------------------------------------------
 def test_remote_crash_is_named_with_rank_and_host(cluster, tmp_path):
-    spec = _spec({"name": "fastest_k", "k": 2}, iterations=10, grace=2.0)
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10, grace=2.0)
     proc, out = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3"}, timeout=60)
     assert proc.returncode != 0
     host = cluster.names[2]
@@ -212,7 +215,7 @@ def test_remote_crash_is_named_with_rank_and_host(cluster, tmp_path):
 def test_remote_rank_killed_is_named_with_host(cluster, tmp_path):
     """kill -9 of a rank on host 2 under sync (which needs every worker): the shell around it names the rank, its
     process and its host, and the job fails (rank 0 cannot see a remote process: it names the rank after grace)."""
-    spec = _spec({"name": "sync"}, iterations=10, grace=2.0)
+    spec = mpi_spec({"name": "sync"}, iterations=10, grace=2.0)
     proc, _ = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3:kill"}, timeout=60)
     assert proc.returncode != 0
     assert re.search(rf"gradcode: rank 4 \(process \d+\) on host {cluster.names[2]} ended on signal 9", proc.stderr), \
@@ -235,7 +238,7 @@ def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
     """kill -9 of host 2's proxy mid-run under `gradcode run`: its rank ends (no orphan on that host), the run fails
     instead of hanging, says so in its summary, keeps its records, and no process of the job is left on any host.
     (Open MPI's launcher itself sometimes exits 0 here: `gradcode run` must not.)"""
-    spec = _spec({"name": "sync"}, iterations=400, grace=2.0)     # sync: losing a worker must fail the run
+    spec = mpi_spec({"name": "sync"}, iterations=400, grace=2.0)     # sync: losing a worker must fail the run
     path = tmp_path / "spec.toml"
     path.write_text(tomli_w.dumps(spec))
     out = tmp_path / "out"
@@ -258,7 +261,7 @@ def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
         assert job.returncode != 0, (stdout[-3000:], stderr[-3000:])
         summary = json.loads((out / "summary.json").read_text())
         assert summary.get("error") and 2 <= summary["iterations"] < 400, summary
-        assert len(_records(out)) >= 2
+        assert len(read_whole_records(out)) >= 2
         limit = time.monotonic() + 15
         while any(str(path) in _cmdline(p) for n in cluster.names for p in _pids(n)) and time.monotonic() < limit:
             time.sleep(0.2)

@@ -1,4 +1,4 @@
-"""Natural timing and per-worker times in every record (issue 14 sections 1 and 3, issue 11 item 4).
+"""Natural timing and per-worker times in every record; zero and tiny delays.
 
 The simulator's records carry each worker's plan receipt, compute, send, arrival and emulated delay, consistent with
 the iteration; the simulator refuses natural timing (``[delay] name = "none"``); zero and tiny delays count work and
@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import EPS, check_worker_times, read_whole_records, run_mpi
 
 from gradcode import make_scheme
 from gradcode.clusters.records import (
@@ -34,31 +35,6 @@ from gradcode.spec import load_spec
 
 LSQ = {"name": "least_squares", "n_samples": 48, "dim": 4, "seed": 1}
 MLP = {"name": "mlp", "hidden": [8], "seed": 1}
-EPS = 1e-9
-
-
-def check_worker_times(rec: dict, n: int, *, all_answer: bool = False) -> None:
-    """Every per-worker field is n long; an answering worker's times are ordered within the iteration
-    (``0 <= plan_received <= sent <= arrived <= end - start``, compute within receipt-to-send); every responder
-    answered; a worker with no plan has no time at all."""
-    fields = {key: record_worker_times(rec, key) for key in WORKER_TIME_KEYS}
-    assert all(v is not None and len(v) == n for v in fields.values()), rec
-    received, compute, sent, arrived = (fields[k] for k in WORKER_TIME_KEYS[:4])
-    span = rec["end"] - rec["start"]
-    answered = ~np.isnan(arrived)
-    assert set(int(i) for i in rec["responders"]) <= set(np.flatnonzero(answered).tolist())
-    if all_answer:
-        assert answered.all(), rec
-    assert not np.isnan(sent[answered]).any() and not np.isnan(received[answered]).any()
-    assert (received[answered] >= -EPS).all()
-    assert (sent[answered] >= received[answered] - EPS).all()
-    assert (arrived[answered] >= sent[answered] - EPS).all()
-    assert (arrived[answered] <= span + EPS).all()
-    assert (compute[answered] >= 0).all()
-    assert (received[answered] + compute[answered] <= sent[answered] + 1e-6).all()
-    assert np.isnan(compute[np.isnan(received)]).all()
-
-
 # --- the simulator --------------------------------------------------------------------------------------------
 SIM_CASES = {
     "sync": ({"name": "sync"}, "finish"),
@@ -196,13 +172,13 @@ def _mpi_spec(scheme: dict, delay: dict, **run) -> dict:
 
 
 def _mpi(spec: dict, tmp_path: Path) -> tuple[list[dict], dict]:
-    from tests.test_mpi import _records, _run_mpi
 
-    proc, out = _run_mpi(spec, tmp_path, timeout=MPI_TIMEOUT)
+    proc, out = run_mpi(spec, tmp_path, timeout=MPI_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
-    return _records(out), json.loads((out / "summary.json").read_text())
+    return read_whole_records(out), json.loads((out / "summary.json").read_text())
 
 
+@pytest.mark.mpi
 def test_natural_timing_on_mpi(tmp_path):
     """sync, nothing injected: real compute and transfer; every field present and consistent; no overhead ratio and
     no overrun; the run stops at the target accuracy; a timeline is drawn from these records."""
@@ -227,6 +203,7 @@ def test_natural_timing_on_mpi(tmp_path):
     assert min(width for _, _, width, _, _ in bars) < records[1]["end"] - records[1]["start"]
 
 
+@pytest.mark.mpi
 def test_inject_add_comes_after_the_real_compute_on_mpi(tmp_path):
     """fastest_k with a constant delay added after the real compute: each answer leaves at least the injected
     delay after the compute (and not much later), the fields say what was injected, nothing overruns."""

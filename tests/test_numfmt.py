@@ -9,7 +9,7 @@ from gradcode.output.numfmt import fmt_ci, fmt_value
 
 
 @pytest.mark.parametrize("mean, half, text", [
-    (1.234, 0.05, "1.23 ± 0.05"),            # the example
+    (1.234, 0.05, "1.23 ± 0.05"),            # a typical mean and CI
     (1.234, 0.0123, "1.234 ± 0.012"),         # a half-width starting with 1 keeps two figures
     (1.43, 0.2, "1.4 ± 0.2"),
     (-3.2, 0.15, "-3.20 ± 0.15"),             # trailing zeros are figures too
@@ -25,7 +25,7 @@ def test_the_mean_has_the_figures_its_interval_warrants(mean, half, text):
 
 
 @pytest.mark.parametrize("mean, half, text", [
-    (2.017e-14, 2.485e-14, "2e-14 ± 2e-14"),   # the residual: noise, one figure
+    (2.017e-14, 2.485e-14, "2e-14 ± 2e-14"),   # a decoding residual: noise, one figure
     (-0.4, 0.5, "-0.4 ± 0.5"),
     (0.0, 3.0, "0 ± 3"),
     (3.2, 8.4, "3 ± 8"),

@@ -1,4 +1,4 @@
-"""Partial work: chunked interruptible workers, streaming, ``partial_coded`` and its chunk order (issue 13)."""
+"""Partial work: chunked interruptible workers, streaming, ``partial_coded`` and its chunk order."""
 
 import itertools
 import json
@@ -491,7 +491,7 @@ def test_docstring_examples_run(module):
 
 def test_a_timing_only_run_takes_any_l():
     """Without a workload there is no model size for ``l`` to divide: a timing-only run of ``l = 2`` ran into
-    ``message_size(1)``'s ConfigError (issue 30's study of ``l``); it runs, and a chunk needs two copies."""
+    ``message_size(1)``'s ConfigError; it runs, and a chunk needs two copies."""
     from gradcode import make_delay, simulate
 
     runs = {l: simulate(make_scheme("partial_coded", n=6, s=2, l=l), make_delay("pareto", comm=0.5), iterations=8,

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tomli_w
+from helpers import cli
 
 import gradcode
 from gradcode.cli import main
@@ -360,11 +361,11 @@ def readme_examples() -> dict[str, dict]:
 def _gradcode(line: str, cwd: Path) -> subprocess.CompletedProcess:
     args = shlex.split(line)
     assert args[0] == "gradcode"
-    return subprocess.run([sys.executable, "-m", "gradcode", *args[1:]], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    return cli(*args[1:], cwd=cwd, timeout=TIMEOUT, env=os.environ)   # the user's environment as it is
 
 
-@pytest.mark.parametrize("title", ["Adding a workload", "Adding a delay model"])
+@pytest.mark.parametrize("title", [pytest.param("Adding a workload", marks=pytest.mark.mpi),   # its gradcode run
+                                   "Adding a delay model"])
 def test_readme_examples_run_as_written(title, tmp_path):
     example = readme_examples()[title]
     assert len(example["files"]) == 2 and example["commands"][0].startswith("gradcode describe")
@@ -398,6 +399,7 @@ DELAY_ONLY = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.mpi
 def test_gradcode_run_imports_the_users_module_on_every_rank(tmp_path):
     """A real MPI job started elsewhere: the module is only next to the spec, and every rank builds the model."""
     name = _module(tmp_path / "project", DELAY_ONLY)
@@ -412,6 +414,7 @@ def test_gradcode_run_imports_the_users_module_on_every_rank(tmp_path):
     assert whole and len(records) == 3 and all(len(r["responders"]) == 2 for r in records)
 
 
+@pytest.mark.mpi
 def test_compare_on_mpi_imports_the_users_module(tmp_path):
     """`gradcode compare` runs each MPI run from a spec copied into the results folder: the experiment spec's
     folder reaches the ranks through PYTHONPATH."""

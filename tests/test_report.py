@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ import pytest
 
 from gradcode.errors import ConfigError
 from gradcode.output.plots import PLOTS
-from gradcode.output.report import mean_ci, read_records, report_main
+from gradcode.output.report import build_report, mean_ci, read_records, report_main
 from gradcode.study.harness import compare
 
 SPEC = {
@@ -119,3 +120,54 @@ def test_baseline_and_plots_follow_class_attributes_not_names(tmp_path, monkeypa
     assert order == ["my_sync_mod:MySync", "fastest_k", "coded", "adaptive_k"]
     assert [r.meta["scheme_name"] for r in _timeline_runs([run("my_sync_mod:MySync"), run("x:Y"), run("sync")],
                                                           panels=4)] == ["my_sync_mod:MySync", "sync", "x:Y"]
+
+
+# --- damaged result files: named, skipped or cut, never a traceback -------------------------------------------------
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("corrupt") / "out"
+    exp = {"cluster": {"workers": 4}, "delay": {"name": "exponential"},
+           "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 2}], "run": {"iterations": 3, "seeds": [0]}}
+    compare(exp, out, progress=False, figures=False, mpi=(False, "not in this test"))
+    return out
+
+
+def _copy(results: Path, tmp_path: Path) -> tuple[Path, list[Path]]:
+    folder = tmp_path / "copy"
+    shutil.copytree(results, folder)
+    return folder, sorted((folder / "runs").iterdir())
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", b"\x89\xff\xfe", json.dumps({"runs": 5})])
+def test_report_on_a_damaged_experiment_json_names_it(results, tmp_path, content):
+    folder, _ = _copy(results, tmp_path)
+    path = folder / "experiment.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError, match="experiment.json is damaged"):
+        build_report(folder)
+
+
+@pytest.mark.parametrize("content, why", [("{oops", "not JSON"), ("[]", "not a JSON object"),
+                                          (json.dumps({"run_id": "x"}), "no scheme"), (b"\xff\xfe\x00", "not JSON")])
+def test_report_skips_a_run_with_a_damaged_run_json_and_says_why(results, tmp_path, content, why):
+    folder, runs = _copy(results, tmp_path)
+    (runs[0] / "run.json").write_bytes(content if isinstance(content, bytes) else content.encode())
+    report = build_report(folder).read_text()
+    assert f"run skipped: {runs[0].name}: run.json is damaged ({why}" in report
+    assert len(json.loads((folder / "summary.json").read_text())) == len(runs) - 1
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", '{"scheme": "sync"}', '{"a": 1}', "\udcff garbage"])
+def test_report_drops_a_record_line_that_is_not_a_record(results, tmp_path, line):
+    folder, runs = _copy(results, tmp_path)
+    records = runs[0] / "records.jsonl"
+    records.write_text(records.read_text() + line + "\n", errors="surrogateescape")
+    build_report(folder)
+    rows = {r["run_id"]: r for r in json.loads((folder / "summary.json").read_text())}
+    assert rows[runs[0].name]["status"] == "partial" and rows[runs[0].name]["iterations"] == 3
+
+
+def test_report_skips_a_run_without_a_readable_record(results, tmp_path):
+    folder, runs = _copy(results, tmp_path)
+    (runs[0] / "records.jsonl").write_bytes(os.urandom(100).replace(b"\n", b"x"))
+    assert f"run skipped: {runs[0].name}: records.jsonl holds no readable record" in build_report(folder).read_text()

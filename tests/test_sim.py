@@ -43,6 +43,7 @@ def test_fastest_k_shifted_exponential(k):
     assert got == pytest.approx(expected, rel=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code, s", [("cyclic_repetition", 4), ("cyclic_mds", 9), ("expander", 3)])
 def test_coded_at_n_minus_s_with_load_s_plus_1(code, s):
     n, a, mu = 100, 1.0, 1.0
@@ -51,7 +52,7 @@ def test_coded_at_n_minus_s_with_load_s_plus_1(code, s):
     scheme = make_scheme("coded", n=n, code=code, s=s) if code != "expander" else \
         make_scheme("coded", n=n, code=code, s=s, wait=n - s)
     # 4,000 iterations: the standard error of the mean is ~0.15% of it (sd ~3 of ~34 units), the tolerance 1%;
-    # exact codes check each iteration's responders for a decode (issue 28), 20,000 took 14 s
+    # exact codes check each iteration's responders for a decode, 20,000 took 14 s
     got = mean_time(scheme, make_delay("shifted_exponential", a=a, mu=mu), 4000)
     assert got == pytest.approx(expected, rel=0.01)
 
@@ -90,6 +91,7 @@ def _dropcompute_speedup(n, taus, check, iterations=400, seed=1):
     return np.array(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n, expected", [(32, 1.15), (200, 1.20)])
 def test_dropcompute_official_speedup_matches_reference(n, expected):
     taus = np.linspace(0.75, 1.05, 31) * 18.0
@@ -97,6 +99,7 @@ def test_dropcompute_official_speedup_matches_reference(n, expected):
     assert speedups.max() == pytest.approx(expected, abs=0.03)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n, expected", [(32, 1.20), (200, 1.31)])
 def test_dropcompute_idealized_speedup_matches_reference(n, expected):
     # measured: 1.17 at n = 32 (reference 1.20), 1.31 at n = 200 (reference 1.31); the issue gives no tolerance for
@@ -106,6 +109,7 @@ def test_dropcompute_idealized_speedup_matches_reference(n, expected):
     assert speedups.max() == pytest.approx(expected, abs=0.04)
 
 
+@pytest.mark.slow
 def test_dropcompute_predictive_lands_between_official_and_idealized():
     """The predictive check (ours) through the simulated cluster, its running means carried from step to step by
     ``observe``, on the reference setting at n = 200 (seed 1): best speedup over the same taus above the official
@@ -116,6 +120,7 @@ def test_dropcompute_predictive_lands_between_official_and_idealized():
     assert best["official"] + 0.03 < best["predictive"] < best["idealized"], best
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [32, 200])
 def test_dropcompute_auto_tau_is_near_the_best(n):
     M, iterations, seed = PAPER["M"], 400, 1
@@ -422,7 +427,7 @@ def test_a_record_completed_later_is_the_record(workload, scheme, params):
     assert as_written([{k: v for k, v in r.items() if k != "master_us"} for r in later]) == as_written(now)
 
 
-# --- exact codes stop where the MPI master stops: at the first decodable prefix (issue 28) --------------------
+# --- exact codes stop where the MPI master stops: at the first decodable prefix ----------------------------
 EXACT_CODES = ["uncoded", "fractional_repetition", "cyclic_repetition", "cyclic_mds", "reed_solomon",
                "reed_solomon_gf"]
 
@@ -486,7 +491,7 @@ def test_the_stop_of_an_exact_code_is_its_first_decodable_prefix(params, data, s
 @pytest.mark.parametrize("code, n, s", [("cyclic_repetition", 20, 3), ("cyclic_mds", 12, 2), ("cyclic_mds", 7, 3),
                                         ("fractional_repetition", 12, 2)])
 def test_the_combine_reuses_the_stops_exact_decode(code, n, s, monkeypatch):
-    """The stop rule's normal-equations verdict hands its weights to the decoder (issue 30): the combine after a
+    """The stop rule's normal-equations verdict hands its weights to the decoder: the combine after a
     stop solves nothing more, and its weights and residual are the decoder's own, to rounding."""
     scheme = make_scheme("coded", n=n, code=code, s=s, seed=1)
     fresh = gradcode.make_code(code, n, s, seed=1)
@@ -536,7 +541,7 @@ def test_timing_only_runs_stop_at_the_first_decodable_prefix(code, n, s):
     assert (early > 0) == fresh.early_decoding
 
 
-# --- divergence is never silent; adaptive_k_load's default step follows its batch (issue 28) ------------------
+# --- divergence is never silent; adaptive_k_load's default step follows its batch --------------------------
 def test_divergence_is_flagged_in_the_summary():
     from gradcode.clusters.records import DIVERGENCE_FACTOR, summarize
 
@@ -565,7 +570,7 @@ def test_adaptive_k_load_default_step_does_not_diverge_on_the_shipped_workloads(
         assert res.summary["diverged"] is False, (seed, res.summary.get("divergence_note"))
         losses = [r["loss"] for r in res.records]
         assert losses[-1] < losses[0]
-    if workload == "least_squares":     # the workload's full-batch step diverges (issue 28): flagged
+    if workload == "least_squares":     # the workload's full-batch step diverges: flagged
         res = simulate(make_scheme("adaptive_k_load", n=8, max_batch=16), delay, make_workload(workload, seed=0),
                        iterations=40, seed=0, lr=make_workload(workload, seed=0).lr)
         assert res.summary["diverged"] is True
@@ -603,7 +608,7 @@ def test_a_diverged_run_is_flagged_on_the_terminal_and_in_the_report(tmp_path, c
     assert json.loads((tmp_path / "one" / "summary.json").read_text())["diverged"] is True
 
 
-# --- the timing-only fast paths (issue 30) ----------------------------------------------------------------------
+# --- the timing-only fast paths ------------------------------------------------------------------------------
 def _same(x, y) -> bool:
     """Bit for bit: numpy arrays of the same dtype and values (NaN equal to NaN), dicts in the same key order."""
     if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):

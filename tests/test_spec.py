@@ -95,7 +95,7 @@ def test_simulate_command_reports_errors_without_traceback(tmp_path):
 def test_an_mpi_rank_builds_the_workload_once(monkeypatch):
     """``load_run`` checks the spec by building everything; ``RunConfig.build()`` reuses that workload, so an MPI rank
     builds it once. A later ``build()`` (another run) gets a new scheme and delay model, and the same workload
-    (gradcode's own workloads are shared within a process: issue 30); another workload table builds anew."""
+    (gradcode's own workloads are shared within a process); another workload table builds anew."""
     import gradcode.spec as spec_module
 
     built, make = [], workloads.make_workload

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from helpers import cli, mpi_env
 
 from gradcode.errors import ConfigError
 from gradcode.output import regimes
 from gradcode.study.harness import compare, load_experiment
 from gradcode.study.sweep import expand
 from gradcode.study.sweep_run import WALL, sweep
-from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor
+from mpi_runtime.launch import find_mpiexec
 
 TIMEOUT = 240
 
@@ -214,20 +215,19 @@ def test_jobs_2_gives_the_serial_table(serial, tmp_path):
     assert read_csv(out / "sweep.csv", drop_wall=False)[0]["wall_seconds"]
 
 
-def _mpi_env() -> dict:
-    return environment(mpi_flavor(find_mpiexec()))
-
-
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_mpi_executor_gives_the_serial_table(serial, tmp_path):
     spec = tmp_path / "s.toml"
     spec.write_text(tomli_w.dumps(base(**FOUR)))
     cmd = [find_mpiexec(), "-n", "3", sys.executable, "-m", "mpi4py.futures", "-m", "gradcode", "sweep", str(spec),
            "--out", str(tmp_path / "out"), "--executor", "mpi"]
-    proc = subprocess.run(cmd, env=_mpi_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert read_csv(tmp_path / "out" / "sweep.csv") == read_csv(serial / "sweep.csv")
 
 
+@pytest.mark.mpi
 def test_mpi_executor_outside_mpi4py_futures_fails_fast_on_every_rank(tmp_path):
     """Under plain ``mpiexec`` every rank would run its own sweep: the pool check (public mpi4py only, no private
     ``mpi4py.futures._core``) refuses on the ranks other than 0, the job ends with the launch line, nothing hangs."""
@@ -235,7 +235,7 @@ def test_mpi_executor_outside_mpi4py_futures_fails_fast_on_every_rank(tmp_path):
     spec.write_text(tomli_w.dumps(base(**FOUR)))
     cmd = [find_mpiexec(), "-n", "2", sys.executable, "-m", "gradcode", "sweep", str(spec), "--out",
            str(tmp_path / "out"), "--executor", "mpi"]
-    proc = subprocess.run(cmd, env=_mpi_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(cmd, env=mpi_env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode != 0
     assert "rank 1 of 2 is running the sweep too" in proc.stderr and "python -m mpi4py.futures" in proc.stderr
 
@@ -269,6 +269,8 @@ def test_cell_figures_on_request(tmp_path):
     assert any((out / "cells" / "000" / "plots").glob("*.png"))
 
 
+@pytest.mark.slow
+@pytest.mark.mpi
 def test_cells_of_the_mpi_cluster_run_one_at_a_time(tmp_path):
     raw = base(**{"delay.alpha": [1.5, 3.0]})
     raw["cluster"] = {"workers": 2, "kind": "mpi"}
@@ -301,24 +303,21 @@ def test_another_spec_in_the_folder_needs_replace(serial, tmp_path):
 
 
 # --- the command line -----------------------------------------------------------------------------------------
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gradcode", *args], capture_output=True, text=True, timeout=TIMEOUT)
-
-
 def test_cli_errors_before_anything_runs(tmp_path):
     spec = tmp_path / "s.toml"
     spec.write_text(tomli_w.dumps(base(**{"schemes.nothing.k": [1, 2]})))
-    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"))
+    proc = cli("sweep", str(spec), "--out", str(tmp_path / "o"), timeout=TIMEOUT)
     assert proc.returncode == 2 and "gradcode sweep: error:" in proc.stderr and "'sync'" in proc.stderr
     assert not (tmp_path / "o").exists()
     spec.write_text(tomli_w.dumps(base(**FOUR)))
-    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--jobs", "0")
+    proc = cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--jobs", "0", timeout=TIMEOUT)
     assert proc.returncode == 2 and "--jobs must be an integer >= 1" in proc.stderr
-    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--seeds", "1", "1")
+    proc = cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--seeds", "1", "1", timeout=TIMEOUT)
     assert proc.returncode == 2 and "seeds must be a non-empty list of distinct" in proc.stderr
-    proc = _cli("compare", str(spec), "--out", str(tmp_path / "c"))
+    proc = cli("compare", str(spec), "--out", str(tmp_path / "c"), timeout=TIMEOUT)
     assert proc.returncode == 2 and "gradcode sweep SPEC" in proc.stderr
-    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--executor", "mpi")    # not under mpiexec
+    proc = cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--executor", "mpi",     # not under mpiexec
+               timeout=TIMEOUT)
     assert proc.returncode == 2 and "python -m mpi4py.futures -m gradcode sweep" in proc.stderr
     assert not (tmp_path / "o").exists()
 
@@ -328,14 +327,14 @@ def test_cli_overrides_of_iterations_and_seeds(tmp_path):
     raw = base(**{"delay.alpha": [1.5, 3.0]})
     del raw["run"]["target_loss"]            # every run goes to its last iteration
     spec.write_text(tomli_w.dumps(raw))
-    proc = _cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--iterations", "3", "--seeds", "4", "5", "6",
-                "--jobs", "1")
+    proc = cli("sweep", str(spec), "--out", str(tmp_path / "o"), "--iterations", "3", "--seeds", "4", "5", "6",
+               "--jobs", "1", timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     rows = read_csv(tmp_path / "o" / "sweep.csv")
     assert {r["seeds"] for r in rows} == {"3"} and {r["iterations"] for r in rows} == {"3.0"}
     del raw["sweep"]
     spec.write_text(tomli_w.dumps(raw))
-    proc = _cli("compare", str(spec), "--out", str(tmp_path / "c"), "--iterations", "2", "--seeds", "7")
+    proc = cli("compare", str(spec), "--out", str(tmp_path / "c"), "--iterations", "2", "--seeds", "7", timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((tmp_path / "c" / "summary.json").read_text())
     assert {(r["seed"], r["iterations"]) for r in runs} == {(7, 2)}

@@ -1,4 +1,4 @@
-"""Trace capture and replay (issue 14, sections 4 and 5): ``gradcode trace export`` of a run's per-worker times,
+"""Trace capture and replay: ``gradcode trace export`` of a run's per-worker times,
 the ``trace`` delay model's ``comm_s`` column and ``offset``, the exact round trip through the simulator, a
 what-if comparison on a captured trace, and one natural-timing MPI capture replayed."""
 
@@ -199,6 +199,7 @@ def test_what_if_compare_replays_every_scheme(tmp_path):
 
 
 # --- one natural-timing capture on MPI (one mpiexec launch) -------------------------------------------------------
+@pytest.mark.mpi
 def test_mpi_natural_capture_exports_and_replays_its_iteration_times(tmp_path):
     import subprocess
 

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers import run_driver
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -431,3 +432,44 @@ def test_call_errors():
     _raises(r"batch must be >= 1", ls.batch_indices, 0, [0], 2, 0)
     assert ls.gradients(w, 0, [], 4).shape == (0, 3)
     assert ls.gradients(w, 0, np.array([3, 0], dtype=np.int32), 4, batch=2).shape == (2, 3)
+
+
+# --- the mlp --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_mlp_gradient_matches_finite_differences(activation):
+    mlp = make_workload("mlp", hidden=[6, 4], activation=activation, reg=1e-3, seed=2)
+    w = mlp.init_params() + 0.05 * np.random.default_rng(1).standard_normal(mlp.dim)
+    g = mlp.full_gradient(w)
+    rng = np.random.default_rng(3)
+    # relu: some pre-activations are within 1e-5 of its kink, where a wider step would cross it
+    h, tol = (1e-8, 1e-6) if activation == "relu" else (1e-6, 1e-8)
+    for _ in range(8):
+        v = rng.standard_normal(mlp.dim)
+        fd = (mlp.loss(w + h * v) - mlp.loss(w - h * v)) / (2 * h)
+        assert fd == pytest.approx(float(g @ v), rel=1e-5, abs=tol)
+
+
+def test_mlp_shapes_init_and_training():
+    mlp = make_workload("mlp", hidden=[16])
+    assert mlp.dim == 16 * 65 + 10 * 17 and mlp.n_samples + mlp.X_test.shape[0] == 1797
+    w0 = mlp.init_params()
+    np.testing.assert_array_equal(w0, make_workload("mlp", hidden=[16]).init_params())     # seeded
+    assert not np.array_equal(w0, make_workload("mlp", hidden=[16], seed=1).init_params())
+    records, cluster = run_driver(mlp, 60, optimizer="momentum", momentum=0.9, lr=0.1, eval_every=59)
+    assert records[-1]["loss"] < 0.5 * records[0]["loss"] and records[-1]["test_accuracy"] > 0.8
+
+
+def test_mlp_rejects_bad_parameters():
+    with pytest.raises(ConfigError, match="hidden"):
+        make_workload("mlp", hidden=[0])
+    with pytest.raises(ConfigError, match="relu, tanh"):
+        make_workload("mlp", activation="sigmoid")
+
+
+def test_describe_mlp_shows_its_parameters(capsys):
+    from gradcode.cli import main
+
+    assert main(["describe", "mlp"]) == 0
+    out = capsys.readouterr().out
+    for key in ("hidden", "activation", "reg", "test_fraction", "data"):
+        assert key in out

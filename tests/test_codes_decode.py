@@ -1,4 +1,4 @@
-"""Issue 11: no silently wrong gradient from a decode, and no numpy error for bad input to the codes' API.
+"""Decoding is never silently wrong, and bad input to the codes' API is a ConfigError, never a numpy error.
 
 - cyclic_mds decodes contiguous straggler bursts exactly (its zeros spread round the circle, golden node order) and
   can be built for every ``0 <= s < n`` (real ``g`` from real quadratic factors);
@@ -33,10 +33,10 @@ def relative_error(code, F, rng) -> float:
     return float(np.linalg.norm(got - truth) / np.linalg.norm(truth))
 
 
-# --- item 1: bursts decode exactly ------------------------------------------------------------------------------
+# --- bursts decode exactly --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n, s", [(60, 14), (64, 17), (80, 19), (90, 45), (100, 25)])
 def test_cyclic_mds_decodes_bursts_exactly_with_auto(n, s):
-    # Before issue 11 (natural order): errors 5e-6 .. 0.4 here, with no error and no warning.
+    # with the natural node order: errors 5e-6 .. 0.4 here, with no error and no warning
     code = make_code("cyclic_mds", n, s)
     rng = np.random.default_rng(n + s)
     with warnings.catch_warnings():
@@ -62,18 +62,18 @@ def test_golden_order_is_the_same_kind_of_code():
         make_code("cyclic_mds", n, s, node_order="spiral")
 
 
-# --- item 2: every (n, s) builds ----------------------------------------------------------------------------------
+# --- every (n, s) builds ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("node_order", ["golden", "natural"])
 @pytest.mark.parametrize("n, s", [(33, 32), (40, 31), (41, 36), (64, 49), (99, 98), (100, 79)])
 def test_cyclic_mds_builds_for_large_s(n, s, node_order):
-    # Before: "g(x) is not real" (np.poly's imaginary round-off grows with s).
+    # not "g(x) is not real" (np.poly's imaginary round-off grows with s)
     code = make_code("cyclic_mds", n, s, node_order=node_order)
     assert code.B.dtype == np.float64
     assert all(len(code.support(i)) == s + 1 for i in range(n))
     np.testing.assert_allclose(code.B.sum(axis=1), s + 1)
 
 
-# --- item 1: the fallback is audible --------------------------------------------------------------------------
+# --- the fallback is audible ---------------------------------------------------------------------------------
 def test_auto_fallback_warns_once_per_responder_set():
     assert issubclass(DecodeFallbackWarning, UserWarning)
     code = make_code("cyclic_mds", 8, 3)
@@ -122,7 +122,7 @@ def test_report_shows_fallback_decodes(tmp_path):
     assert "FELL BACK to least squares" in text and "r0 (1)" in text
 
 
-# --- item 13: one seed checker ----------------------------------------------------------------------------------
+# --- one seed checker ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", [-1, 1.5, "abc", None, True])
 def test_bad_seeds_are_config_errors(seed):
     with pytest.raises(ConfigError, match="seed"):
@@ -135,7 +135,7 @@ def test_bad_seeds_are_config_errors(seed):
         make_delay("pareto").sample(seed, 0, 3)
 
 
-# --- item 16 / 14: responders, messages, partial gradients --------------------------------------------------------
+# --- responders, messages, partial gradients --------------------------------------------------------------------
 @pytest.mark.parametrize("responders, match", [
     (np.array([0, 2**63], dtype=np.uint64), "out of range: \\[9223372036854775808\\]"),
     ([np.uint64(2**63), 1], "out of range: \\[9223372036854775808\\]"),
@@ -170,7 +170,7 @@ def test_strings_as_messages_or_partials_are_config_errors():
     assert gradcode.DecodeFallbackWarning is DecodeFallbackWarning
 
 
-# --- issue 11, what remained: a residual below tol is not a gradient within tol --------------------------------
+# --- a residual below tol is not a gradient within tol --------------------------------------------------------
 @pytest.mark.parametrize("n, s, F", [
     (90, 58, [0, 3, 7, 10, 12, 17, 19, 26, 28, 29, 32, 34, 36, 38, 39, 41, 44, 48, 51, 56, 57, 63, 65, 67, 69, 72,
               73, 76, 80, 81, 84, 87]),
@@ -178,7 +178,7 @@ def test_strings_as_messages_or_partials_are_config_errors():
                58, 59, 60, 67, 70, 72, 73, 76, 77, 78, 79, 80, 83, 85, 86, 93, 94, 95, 96]),
 ])
 def test_auto_never_returns_a_gradient_off_by_more_than_tol_silently(n, s, F):
-    # Before: residual 9e-9 / 5e-9 < tol = 1e-8 passed as "exact", the gradient off by 1.2e-8 / 1.5e-8, no warning.
+    # cases where a residual 9e-9 / 5e-9 < tol = 1e-8 would pass as "exact" with the gradient off by 1.2e-8 / 1.5e-8
     code = make_code("cyclic_mds", n, s)
     partials = np.random.default_rng(0).standard_normal((code.n_parts, 3))
     truth = partials.sum(axis=0)
@@ -193,7 +193,7 @@ def test_auto_never_returns_a_gradient_off_by_more_than_tol_silently(n, s, F):
 
 
 def test_a_code_too_large_for_memory_is_refused_before_it_is_built():
-    """n = 2^70 used to build for ever (found by benchmarks/probes/probe_reliability.py): now a ConfigError at once."""
+    """n = 2^70 (found by benchmarks/probes/probe_reliability.py) is a ConfigError at once, not a build for ever."""
     import time
 
     from gradcode import ConfigError
