@@ -56,6 +56,29 @@ def run(spec: dict, out: Path, hostfile: Path) -> dict:
     return summary
 
 
+def capture_and_replay(cluster, folder: Path, spec_of, iterations: int, workload: dict, result: dict) -> np.ndarray:
+    """One round: capture ``sync``'s natural timing on MPI (``spec_of(scheme, n, iterations, workload)`` makes a
+    spec), export its trace, then each uncoded scheme predicted from the trace and measured on MPI, appended to
+    ``result[label]``; returns the trace's rows (step, worker, ..., compute_s, comm_s)."""
+    capture = run(spec_of({"name": "sync"}, N, iterations, workload), folder / "capture", cluster.hostfile)
+    print(f"{folder.name}: sync {capture['mean_iteration_time'] * 1e3:.4g} ms", flush=True)
+    trace, _, _ = export_trace(folder / "capture" / "run", folder / "trace.csv")
+    for label, scheme in schemes(N):
+        got = result.setdefault(label, {"predicted": [], "measured": []})
+        got["predicted"].append(predict(scheme, N, iterations, trace))
+        got["measured"].append(run(spec_of(scheme, N, iterations, workload),
+                                   folder / label.replace(" ", "_").replace("=", ""),
+                                   cluster.hostfile)["mean_iteration_time"])
+        print(f"  {label}: predicted {got['predicted'][-1] * 1e3:.4g} ms, measured "
+              f"{got['measured'][-1] * 1e3:.4g} ms", flush=True)
+    return np.loadtxt(trace, delimiter=",", skiprows=1, ndmin=2)
+
+
+def host_mean(data: np.ndarray, host: int, column: int) -> float:
+    """The mean of a trace column over the workers of ``host``."""
+    return float(np.mean(data[np.isin(data[:, 1], [w for w, h in enumerate(HOST_OF_WORKER) if h == host]), column]))
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="examples/slow_host.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--rate", default="200mbit", help="host 1's link (tc tbf rate; default %(default)s)")
@@ -73,24 +96,11 @@ def main(argv=None) -> dict:
                          cpu={2: args.cpu}) as cluster:
         os.environ.update(cluster.env())
         for r in range(args.rounds):
-            capture = run(mpi_spec({"name": "sync"}, N, args.iterations, WORKLOAD), out / f"round{r}" / "capture",
-                          cluster.hostfile)
-            trace, rows, _ = export_trace(out / f"round{r}" / "capture" / "run", out / f"round{r}" / "trace.csv")
-            data = np.loadtxt(trace, delimiter=",", skiprows=1, ndmin=2)    # step, worker, ..., compute_s, comm_s
-            hosts = [(float(np.mean(data[np.isin(data[:, 1], [w for w, h in enumerate(HOST_OF_WORKER) if h == k]), 4])),
-                      float(np.mean(data[np.isin(data[:, 1], [w for w, h in enumerate(HOST_OF_WORKER) if h == k]), 5])))
-                     for k in range(3)]
+            data = capture_and_replay(cluster, out / f"round{r}", mpi_spec, args.iterations, WORKLOAD, result)
+            hosts = [(host_mean(data, k, 4), host_mean(data, k, 5)) for k in range(3)]
             per_host.append(hosts)
-            print(f"round {r}: sync {capture['mean_iteration_time'] * 1e3:.4g} ms; per host compute / comm (ms): "
+            print(f"round {r}: per host compute / comm (ms): "
                   + "; ".join(f"host{k} {c * 1e3:.3g} / {m * 1e3:.3g}" for k, (c, m) in enumerate(hosts)), flush=True)
-            for label, scheme in schemes(N):
-                got = result.setdefault(label, {"predicted": [], "measured": []})
-                got["predicted"].append(predict(scheme, N, args.iterations, trace))
-                got["measured"].append(run(mpi_spec(scheme, N, args.iterations, WORKLOAD),
-                                           out / f"round{r}" / label.replace(" ", "_").replace("=", ""),
-                                           cluster.hostfile)["mean_iteration_time"])
-                print(f"  {label}: predicted {got['predicted'][-1] * 1e3:.4g} ms, measured "
-                      f"{got['measured'][-1] * 1e3:.4g} ms", flush=True)
     body = []
     for label, r in result.items():
         pairs = [a / b for a, b in zip(r["predicted"], r["measured"], strict=True)]

@@ -32,10 +32,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from _common import table, write_report  # noqa: E402
 from capture_replay import mpi_spec as _mpi_spec  # noqa: E402
-from capture_replay import predict  # noqa: E402
-from slow_host import HOST_OF_WORKER, N, run, schemes  # noqa: E402
+from slow_host import HOST_OF_WORKER, N, capture_and_replay, host_mean  # noqa: E402
 
-from gradcode.study.capture import export_trace  # noqa: E402
 from mpi_runtime.cluster_emu import EmulatedCluster  # noqa: E402
 
 NAME = "torch_slow_host"
@@ -64,22 +62,10 @@ def main(argv=None) -> dict:
     with EmulatedCluster(3, slots=3, prefix=args.prefix, folder=out / "cluster", cpu={2: args.cpu}) as cluster:
         os.environ.update(cluster.env())
         for r in range(args.rounds):
-            capture = run(mpi_spec({"name": "sync"}, N, args.iterations, WORKLOAD), out / f"round{r}" / "capture",
-                          cluster.hostfile)
-            trace, _, _ = export_trace(out / f"round{r}" / "capture" / "run", out / f"round{r}" / "trace.csv")
-            data = np.loadtxt(trace, delimiter=",", skiprows=1, ndmin=2)    # step, worker, ..., compute_s, comm_s
-            per_host.append([float(np.mean(data[np.isin(data[:, 1], [w for w, h in enumerate(HOST_OF_WORKER)
-                                                                      if h == k]), 4])) for k in range(3)])
-            print(f"round {r}: sync {capture['mean_iteration_time'] * 1e3:.4g} ms; compute per host (ms): "
+            data = capture_and_replay(cluster, out / f"round{r}", mpi_spec, args.iterations, WORKLOAD, result)
+            per_host.append([host_mean(data, k, 4) for k in range(3)])
+            print(f"round {r}: compute per host (ms): "
                   + ", ".join(f"host{k} {c * 1e3:.3g}" for k, c in enumerate(per_host[-1])), flush=True)
-            for label, scheme in schemes(N):
-                got = result.setdefault(label, {"predicted": [], "measured": []})
-                got["predicted"].append(predict(scheme, N, args.iterations, trace))
-                got["measured"].append(run(mpi_spec(scheme, N, args.iterations, WORKLOAD),
-                                           out / f"round{r}" / label.replace(" ", "_").replace("=", ""),
-                                           cluster.hostfile)["mean_iteration_time"])
-                print(f"  {label}: predicted {got['predicted'][-1] * 1e3:.4g} ms, measured "
-                      f"{got['measured'][-1] * 1e3:.4g} ms", flush=True)
     body = [[label, f"{np.median(r['predicted']) * 1e3:.4g}", f"{np.median(r['measured']) * 1e3:.4g}",
              f"{np.median(r['predicted']) / np.median(r['measured']):.3f}"] for label, r in result.items()]
     hosts = [[f"host{k}", ", ".join(str(i) for i, h in enumerate(HOST_OF_WORKER) if h == k),

@@ -139,12 +139,18 @@ def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[n
 
 def gather_record(scheme: Scheme, plan: Plan, it: Iteration, start: float, end: float, *, ideal_end: float,
                   combined: Combined | None, loss: float | None, grad_error: float | None, measured: dict[str, Any],
-                  state: dict[str, Any] | None, metrics: dict[str, Any], d: int | None) -> dict[str, Any]:
+                  state: dict[str, Any] | None, metrics: dict[str, Any], d: int | None,
+                  unit: float | None = None) -> dict[str, Any]:
     """A master iteration's record: the work each worker computed and delivered (``wasted``: what no combine
     used), per worker where the run trains (``d``, the model size; a timing-only run may have a huge ``n``).
+    ``unit``: the whole load every worker carries, when the caller knows it (:func:`whole_unit`, found once for many
+    iterations), else found here.
     ``messages`` counts the plans taken up, a streaming scheme's the messages sent, whose list (``received``) and
     count per worker (``worker_messages``, ``floats``) it adds."""
-    unit = None if d is not None or plan.chunked or it.done.dtype.kind == "f" else whole_unit(plan.load)
+    if d is not None or plan.chunked or it.done.dtype.kind == "f":
+        unit = None
+    elif unit is None:
+        unit = whole_unit(plan.load)
     if unit is not None:   # whole units add up exactly in any order: counts times the unit, without the arrays
         computed, used = unit * int(np.count_nonzero(it.done)), unit * len(it.received)
     else:

@@ -243,6 +243,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
         if not all(p.load is loads for p in plans):
             loads = np.stack([np.broadcast_to(np.asarray(p.load, dtype=float), (n,)) for p in plans])
         compute, comm = delay.sample(seed, np.arange(t0, t0 + len(plans)), n, loads)
+        unit = whole_unit(loads)
         for j, plan in enumerate(plans):
             start = clock
             it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish")
@@ -250,7 +251,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
             clock = it.end
             rec = gather_record(scheme, plan, it, start, it.end, ideal_end=it.end, combined=None, loss=None,
                                 grad_error=None, measured=it.worker_times(compute[j], comm[j]),
-                                state=scheme.record(), metrics={}, d=None)
+                                state=scheme.record(), metrics={}, d=None, unit=unit)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
