@@ -13,9 +13,9 @@ every message and model is 1e5 float64 (800 kB); on one node they move through s
 (``GRADCODE_MPI_SHARED=0`` in the environment sends them in the messages instead). The ideal time is the simulator's
 arithmetic on the same draws with zero overhead, each iteration from where the workers are
 (``mpi_runtime/master.py``). Timing from an oversubscribed machine (9 ranks on 2 cores) measures the emulated delays
-plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers = "abandon"``) and
-partial_coded (``s = 2``, streamed chunks or Tandon et al.'s two messages) take the streaming path (several results
-per plan, ``mpi_runtime/streaming.py``); anytime takes the All-Reduce path, as dropcompute does.
+plus the runtime's overhead, not real compute speed. fastest_k_abandon (``late_workers = "abandon"``: busy
+workers are sent the newer plan too) and partial_coded (``s = 2``, several messages per plan) exercise what
+one-message schemes under ``finish`` do not; anytime takes the All-Reduce path, as dropcompute does.
 
 Each job runs ``--repeats`` times (default 3: the machine is shared and noisy); reported per scheme: the median
 over the repeats of ``overhead_ratio`` = measured total / ideal total (target <= 1.05) and every repeat's value,
@@ -59,7 +59,7 @@ SCHEMES = {
     "coded": {"name": "coded", "code": "cyclic_repetition", "s": 2},
     # four units a step (micro_load = 1), the setting of the README's figures
     "dropcompute": {"name": "dropcompute", "M": 4, "micro_load": 1.0, "warmup": 3, "record_steps": 8},
-    # the streaming path (chunked workers, several results per plan: mpi_runtime/master.py, _gather_stream)
+    # late workers dropping their plan, and several messages per plan (mpi_runtime/master.py)
     "fastest_k_abandon": {"name": "fastest_k", "k": 6},
     "partial_coded": {"name": "partial_coded", "s": 2},
     "partial_coded_tandon": {"name": "partial_coded", "s": 2, "protocol": "tandon"},

@@ -470,9 +470,9 @@ def test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator(name, late, sha
 @pytest.mark.mpi
 def test_a_late_streaming_worker_begins_its_next_plan_where_the_ideal_does(tmp_path):
     """Under ``finish`` a worker still busy when an iteration starts takes its plan once its last result is in, and
-    begins it when it sent that result (its free time). The streaming master set its expected free time from its own
-    clock when it noticed (ms later), so the ideal of that worker's plan was late and iterations ended up to 45 ms
-    before their ideal (1-5 of 20 iterations, when it did not); the one-message path already used the worker's time."""
+    begins it when it sent that result (its free time): the master takes that time from the result, not from its own
+    clock when it noticed (ms later), which would make the ideal of that worker's plan late and iterations end before
+    their ideal."""
     spec = mpi_spec({"name": "partial_coded", "s": 2}, n=8, iterations=20, seed=2,
                  delay={"name": "pareto", "alpha": 2.0, "t_m": 1.0, "comm": 0.5})
     proc, out = run_mpi(spec, tmp_path)
@@ -485,7 +485,7 @@ def test_a_late_streaming_worker_begins_its_next_plan_where_the_ideal_does(tmp_p
 @pytest.mark.mpi
 def test_streamed_messages_with_communication_time_on_mpi(tmp_path):
     """A chunk's message arrives ``comm`` after the chunk ended: the worker sends it before its next chunk when
-    that leaves the next chunk's real work its time (``Worker._work_stream``), and the run agrees with the simulator:
+    that leaves the next chunk's real work its time (``Worker._work``), and the run agrees with the simulator:
     exact gradients, the same parameters, mean iteration time within 10%."""
     spec = mpi_spec({"name": "partial_coded", "s": 2, "order": "natural"}, iterations=8, seed=3,
                  delay={**MPI_DELAY, "comm": 0.5})       # 10 ms after each chunk of at least 20 ms
@@ -632,7 +632,7 @@ def test_doorbell_wakes_at_once_and_a_lost_ring_only_delays():
 def test_streaming_overruns_are_flagged(tmp_path):
     """partial_coded streams a message per chunk; with chunks emulated at 1.2 ms and a real gradient of 16 samples x
     2e5 features (several ms), every worker's real work outlasts its emulated time: the overrun flag of its results
-    says so (it was always 0 on the streaming path) and the records count it."""
+    says so and the records count it."""
     spec = mpi_spec({"name": "partial_coded", "s": 1}, iterations=4, delay={"name": "constant", "value": 0.06})
     spec["workload"] = {"name": "least_squares", "n_samples": 64, "dim": 200000, "seed": 1}
     proc, out = run_mpi(spec, tmp_path)

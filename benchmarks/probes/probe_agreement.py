@@ -57,9 +57,8 @@ def spec_for(scheme: dict, late: str, seed: int, iterations: int) -> dict:
 
 
 def who(rec: dict, other: dict):
-    """What decided the iteration: the messages ``(worker, chunks)`` when both clusters streamed (MPI runs every
-    scheme under ``abandon`` on its streaming path, the simulator only streaming schemes), the load kept (All-Reduce:
-    every worker joins), else the responders."""
+    """What decided the iteration: the messages ``(worker, chunks)`` when both records list them (streaming
+    schemes), the load kept (All-Reduce: every worker joins), else the responders."""
     if rec.get("received") is not None and other.get("received") is not None:
         return frozenset(tuple(m) for m in rec["received"])
     if rec.get("drop_rate") is not None:
