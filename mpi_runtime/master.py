@@ -48,7 +48,7 @@ import numpy as np
 from mpi4py import MPI
 
 from gradcode.clusters.driver import Driver, SimulationError, late_rule
-from gradcode.clusters.iteration import Iteration, iteration
+from gradcode.clusters.iteration import Iteration, begins, iteration
 from gradcode.clusters.records import RecordWriter, complete_record, write_summary
 
 from . import protocol as P
@@ -269,7 +269,7 @@ class Master(Driver):
         compute, comm = (x[0] for x in self.delay.sample(self.options.seed, it.t, self.n, plan.load))
         it.emulated = compute + comm
         start = it.start
-        begin = np.maximum(start, free) if it.late == "finish" or plan.chunked else np.full(self.n, start)
+        begin = begins(plan, it.late, start, free)
         try:
             ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late)
         except SimulationError as err:

@@ -115,6 +115,12 @@ class Iteration:
                             arrived=arrived, delay=np.where(took, compute + comm, np.nan))
 
 
+def begins(plan: Plan, late: str, start: float, free: np.ndarray) -> np.ndarray:
+    """When each worker begins the plan issued at ``start``: when it is free of its last one (``free``), except an
+    unchunked plan under ``abandon``, whose workers drop the old one at once and begin at ``start``."""
+    return np.maximum(start, free) if late == "finish" or plan.chunked else np.full(len(free), start)
+
+
 def iteration(policy, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray, comm: np.ndarray,
               late: str) -> Iteration:
     """The messages of every worker's chunks, ended by the stop policy ``policy`` (a
@@ -135,7 +141,7 @@ def iteration(policy, plan: Plan, start: float, begin: np.ndarray, compute: np.n
     finite = np.isfinite(times)
     if not finite.all():      # (usually all are: then no gather of every time)
         order = order[finite[order]]
-    arrived = Received(worker[order], chunks[order]) if plan.chunked else Received(order)
+    arrived = Received(order) if one_each else Received(worker[order], chunks[order])
     m = policy.count(arrived, times[order] if math.isfinite(plan.deadline) else None, start, plan)
     received, end = arrived[:m], float(times[order[m - 1]])
     # took up the plan: began before the end, or (at zero or tiny delays, absorbed by round-off, where everyone

@@ -59,7 +59,7 @@ from .driver import (
     whole_unit,
 )
 from .footprint import check_memory
-from .iteration import Iteration, arrival_order, iteration
+from .iteration import Iteration, arrival_order, begins, iteration
 from .records import WORKER_TIMES_MAX_N, RecordWriter, build_record, spans, summarize, worker_times, write_summary
 
 __all__ = ["LATE_WORKERS", "SimResult", "SimulationError", "check_simulable", "simulate"]
@@ -328,8 +328,7 @@ class SimulatedCluster(Driver):
         compute, comm = self._draws(t, plan.load)
         compute, comm = compute[0], comm[0]
         late = late_rule(self.late, plan)
-        # abandon: a chunked worker drops the rest at its next chunk boundary (free then); others at once
-        begin = np.maximum(start, self.free) if late == "finish" or plan.chunked else np.full(self.n, start)
+        begin = begins(plan, late, start, self.free)
         it = iteration(self.policy, plan, start, begin, compute, comm, late)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end

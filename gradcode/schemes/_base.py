@@ -141,6 +141,17 @@ class Received(Sequence):
         return f"Received({list(self)})"
 
 
+def senders(received):
+    """The worker of each message ``received``: a :class:`Received`'s ``workers``, the first of each pair of a list
+    of ``(worker, chunks)``, or a list of workers as given (so that ``check_workers`` can say what is wrong with
+    it)."""
+    if isinstance(received, Received):
+        return received.workers
+    if isinstance(received, (list, tuple, np.ndarray)) and len(received) and np.ndim(received[0]) == 1:
+        return as_received(received).workers
+    return received
+
+
 def as_received(received) -> Received:
     """``received`` as :class:`Received`: messages ``(worker, chunks)``, or workers of one message each."""
     if isinstance(received, Received):

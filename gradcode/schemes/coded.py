@@ -25,7 +25,7 @@ import scipy.linalg
 
 from ..codes import Code, Decoding, make_code
 from ..errors import ConfigError, check_float, check_workers
-from ._base import Combined, Plan, Received, Scheme, as_received, check_k, shortest_prefix
+from ._base import Combined, Plan, Scheme, as_received, check_k, senders, shortest_prefix
 
 
 class Coded(Scheme):
@@ -140,10 +140,7 @@ class Coded(Scheme):
         return int(last) + 1 if np.isfinite(last) else None
 
     def combine(self, messages, received, plan: Plan) -> Combined:
-        # a list of workers is checked as given (check_workers names what is wrong with it)
-        flat = not isinstance(received, Received) and not (
-            isinstance(received, (list, tuple, np.ndarray)) and len(received) and np.ndim(received[0]) == 1)
-        responders = check_workers(received if flat else as_received(received).workers, self.n).tolist()
+        responders = check_workers(senders(received), self.n).tolist()
         dec = self.code.decoding(responders, self.method)
         estimate = self.code.combine(messages, responders, self.method)
         return Combined(estimate, residual=dec.residual, method=dec.method)
