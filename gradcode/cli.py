@@ -1,5 +1,5 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
+``advise``, ``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from .errors import GradcodeError
+from .study.advise_cli import add_parser as advise_parser
+from .study.advise_cli import main as _advise
 
 # Only the standard library and gradcode.errors at import: numpy, scipy and the registry load inside main(), where
 # a Ctrl-C is one line and exit code 130, not a KeyboardInterrupt traceback out of an import.
@@ -41,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
                            "there (without it, that is an error: a folder holds one experiment)")
+    advise_parser(sub)
     swp = sub.add_parser("sweep", help="run a spec's [sweep] grid: one comparison per cell, in parallel; sweep.csv, "
                                        "report.md and the regime map")
     swp.add_argument("spec", help="experiment spec (TOML) with a [sweep] table")
@@ -277,3 +280,4 @@ def _report(args) -> int:
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
              "compare": _compare, "sweep": _sweep, "trace": _trace, "report": _report, "cluster": _cluster}
+_COMMANDS["advise"] = _advise
