@@ -34,6 +34,7 @@ class Check:
     measured: float | None
     folder: Path
     error: str | None = None
+    overhead: float | None = None     # the MPI run's measured over ideal time (its runtime's own cost)
 
     @property
     def held(self) -> bool:
@@ -87,7 +88,8 @@ def verify(advice, spec: Spec, out: Path, hostfile: str | None = None, top: int 
         code = launch(folder / "spec.toml", folder, hostfile=hostfile, timeout=MPI_TIMEOUT, echo=lambda *_: None)
         summary = _summary(folder)
         error = summary.get("error") or (None if code == 0 else f"exit status {code}")
-        checks.append(Check(short(trial), predicted, summary.get("time_to_target"), folder, error))
+        checks.append(Check(short(trial), predicted, summary.get("time_to_target"), folder, error,
+                            summary.get("overhead_ratio")))
     return checks
 
 
@@ -96,6 +98,14 @@ def _summary(folder: Path) -> dict[str, Any]:
         return json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
         return {"error": f"no summary.json in {folder}"}
+
+
+def _overhead(c: Check) -> str:
+    """Why a prediction may miss: the MPI runtime's own time per iteration, against the emulated delays."""
+    if c.overhead is None or c.overhead <= 1 + TOLERANCE:
+        return ""
+    return (f"; the MPI iterations took {c.overhead:.2f}x their ideal time (the runtime's own cost against the "
+            "emulated delays: a larger [run] time_scale makes it smaller)")
 
 
 def verdict(checks: list[Check]) -> list[str]:
@@ -109,7 +119,8 @@ def verdict(checks: list[Check]) -> list[str]:
             continue
         ratio = "" if not (c.predicted and c.measured) else f", {fmt_value(c.measured / c.predicted)}x"
         lines.append(f"{c.label}: predicted {fmt_value(c.predicted)}, measured on MPI {fmt_value(c.measured)}{ratio}: "
-                     + ("held" if c.held else "did not hold") + f" (tolerance {TOLERANCE:.0%})")
+                     + ("held" if c.held else "did not hold") + f" (tolerance {TOLERANCE:.0%})"
+                     + _overhead(c))
     measured = [c.measured for c in checks]
     if len(checks) > 1 and all(m is not None for m in measured):
         held = measured == sorted(measured)
