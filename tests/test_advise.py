@@ -1,0 +1,105 @@
+"""``gradcode advise``: tuned settings never lose to the defaults on the same draws, the words carry the numbers of
+the tables, bad input is refused before any work, ``--out`` writes its files, ``--verify`` runs on MPI."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+from helpers import cli
+
+from gradcode.cli import main
+from gradcode.clusters.sim import simulate
+from gradcode.errors import ConfigError
+from gradcode.output.advice import advice_text, short, write_advice
+from gradcode.spec import build, load_spec
+from gradcode.study import advise_cli
+from gradcode.study.advise import GAP, advise, interval
+
+TINY = {
+    "cluster": {"workers": 4},
+    "workload": {"name": "least_squares", "n_samples": 120, "dim": 5, "noise": 0.1, "seed": 1},
+    "delay": {"name": "shifted_exponential", "a": 1.0, "mu": 0.5},
+    "schemes": [{"name": "fastest_k", "k": 3}, {"name": "coded", "code": "cyclic_repetition", "s": 2}],
+    "run": {"iterations": 60, "time_scale": 0.02, "grace": 5.0},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_advice():
+    return advise(copy.deepcopy(TINY), seeds=[0, 1], quick=True)
+
+
+def test_tuned_never_loses_to_the_default_on_the_same_draws(tiny_advice):
+    a = tiny_advice
+    assert a.default("fastest_k").candidate.table == {"name": "fastest_k", "k": 3}    # the spec's entry is the default
+    for family, trials in a.trials.items():
+        assert all(t.seeds == a.seeds for t in trials), family
+        default = a.default(family)
+        if default is not None:
+            assert a.tuned(family).score() <= default.score(), family
+    # the same draws: the default rerun alone, seed by seed, gives the times the ranking used
+    spec = load_spec(copy.deepcopy(TINY))
+    default = a.default("coded")
+    for i, seed in enumerate(a.seeds):
+        (scheme,), delay, workload = build(spec, scheme_index=1)
+        summary = simulate(scheme, delay, workload, spec.options, seed=seed, target_loss=a.target).summary
+        assert summary["time_to_target"] == default.times[i]
+    assert [t.score() for t in a.ranking] == sorted(t.score() for t in a.ranking)
+
+
+def test_the_words_carry_the_tables_numbers(tiny_advice, tmp_path):
+    a = tiny_advice
+    best = a.ranking[0]
+    text = advice_text(a)
+    assert f"Use {short(best)}:" in text
+    assert math.isclose(a.target, 0.0, abs_tol=1) and "optimal loss F*" in a.target_note    # relative target
+    assert f"{len(a.seeds) - best.missed}/{len(a.seeds)}" in text
+    mean, half = interval(best.times)
+    assert mean == pytest.approx(np.mean(best.times[np.isfinite(best.times)]))
+    written = write_advice(a, tmp_path)
+    names = {p.name for p in written}
+    assert {"advice.md", "advice.html", "advice.json", "ranking.png", "tuning.png"} <= names
+    assert short(best) in (tmp_path / "advice.html").read_text()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s.pop("workload"), "needs a [workload]"),
+    (lambda s: s.update(workload={"name": "logistic", "n_samples": 60, "dim": 3}), "set [run] target_loss"),
+    (lambda s: s.update(delays=[dict(s.pop("delay"), label="a"), {"name": "pareto", "label": "b"}]),
+     "one delay model"),
+])
+def test_bad_specs_are_refused_before_any_work(change, message):
+    spec = copy.deepcopy(TINY)
+    change(spec)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        advise(spec)
+
+
+def test_command_line_errors(tmp_path, capsys):
+    path = tmp_path / "spec.toml"
+    path.write_text('[cluster]\nworkers = 4\n[delay]\nname = "pareto"\n[workload]\nname = "least_squares"\n')
+    assert main(["advise", str(path), "--hostfile", str(path)]) == 2
+    assert "--hostfile is for the MPI runs of --verify" in capsys.readouterr().err
+    assert main(["advise", str(path), "--target-gap", "2"]) == 2
+    assert "--target-gap must be in (0, 1)" in capsys.readouterr().err
+    assert advise_cli.GAP == GAP
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_verify_runs_the_first_choices_on_mpi(tmp_path):
+    import tomli_w
+
+    path = tmp_path / "spec.toml"
+    spec = copy.deepcopy(TINY)
+    spec["cluster"]["workers"] = 3
+    path.write_text(tomli_w.dumps(spec))
+    proc = cli("advise", path, "--quick", "--seeds", "0", "--verify", "--out", tmp_path / "out", timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("measured on MPI") == 2
+    runs = sorted((tmp_path / "out" / "verify").iterdir())
+    assert len(runs) == 2 and all((r / "records.jsonl").is_file() for r in runs)
+    assert "On MPI (--verify)" in (tmp_path / "out" / "advice.md").read_text()
