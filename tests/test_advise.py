@@ -13,10 +13,10 @@ from helpers import cli
 from gradcode.cli import main
 from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError
-from gradcode.output.advice import advice_text, short, write_advice
+from gradcode.output.advice import advice_text, interval, short, write_advice
 from gradcode.spec import build, load_spec
 from gradcode.study import advise_cli
-from gradcode.study.advise import GAP, advise, interval
+from gradcode.study.advise import GAP, advise
 
 TINY = {
     "cluster": {"workers": 4},

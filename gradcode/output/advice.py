@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .numfmt import fmt_ci, fmt_value
+from .report import mean_ci
 
 NOTABLE = 1.15        # a ratio of load or bytes worth naming
 SHORT_KEYS = ("k", "b", "k0", "burn_in", "max_batch", "s", "wait", "tau", "T")   # the parameters advise tunes
@@ -37,8 +38,6 @@ def _ratio(a: float, b: float) -> float:
 
 
 def _ci(trial) -> str:
-    from ..study.advise import interval
-
     return fmt_ci(*interval(trial.times))
 
 
@@ -60,11 +59,25 @@ def _error(trial) -> str:
     return "n/a" if trial.grad_error is None else fmt_value(trial.grad_error)
 
 
+# --- statistics -----------------------------------------------------------------------------------------------
+def interval(values: np.ndarray) -> tuple[float | None, float | None]:
+    """``(mean, half-width)`` of the 95% Student-t interval ``mean +- t_{0.975, m-1} s / sqrt(m)`` over the finite
+    values (:func:`gradcode.output.report.mean_ci`); ``(None, None)`` if none is finite, half-width None for one."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return mean_ci(v) if v.size else (None, None)
+
+
+def paired(a, b) -> tuple[float | None, float | None]:
+    """The interval of trial ``a``'s time to target less trial ``b``'s, seed by seed (the same draws), over the
+    seeds where both reached the target."""
+    both = np.isfinite(a.times) & np.isfinite(b.times)
+    return interval(a.times[both] - b.times[both])
+
+
 # --- words ----------------------------------------------------------------------------------------------------
 def recommendation(advice) -> list[str]:
     """The choice and its numbers, the runner-up and whether the seeds tell them apart, the gain of tuning."""
-    from ..study.advise import paired
-
     best = advice.ranking[0]
     if not math.isfinite(best.mean_time):
         return [f"No scheme reached the target loss {fmt_value(advice.target)} within the spec's iterations on any "
@@ -160,8 +173,6 @@ def advice_text(advice) -> str:
 # --- files ----------------------------------------------------------------------------------------------------
 def ranking_rows(advice) -> list[str]:
     """The Markdown table of the tuned settings, in rank order."""
-    from ..study.advise import paired
-
     best = advice.ranking[0]
     rows = ["| rank | scheme (tuned) | time to target | vs first (paired) | reached | iterations | iteration time "
             "| load / iteration | floats / iteration | gradient error | residual | default's time |",
@@ -252,8 +263,6 @@ def draw(advice, out: Path) -> list[str]:
 
 
 def _point(trial) -> tuple[float, float]:
-    from ..study.advise import interval
-
     mean, half = interval(trial.times)
     return (math.nan if mean is None else mean), (0.0 if half is None else half)
 

@@ -320,24 +320,6 @@ def advise(source, *, seeds: list[int] | None = None, quick: bool = False, gap: 
                   cpu_seconds=time.process_time() - cpu)
 
 
-# --- statistics -----------------------------------------------------------------------------------------------
-def interval(values: np.ndarray) -> tuple[float | None, float | None]:
-    """``(mean, half-width)`` of the 95% Student-t interval ``mean +- t_{0.975, m-1} s / sqrt(m)`` over the finite
-    values (:func:`gradcode.output.report.mean_ci`); ``(None, None)`` if none is finite, half-width None for one."""
-    from ..output.report import mean_ci
-
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    return mean_ci(v) if v.size else (None, None)
-
-
-def paired(a: Trial, b: Trial) -> tuple[float, float]:
-    """The interval of ``a``'s time to target less ``b``'s, seed by seed (the same draws), over the seeds where
-    both reached the target."""
-    both = np.isfinite(a.times) & np.isfinite(b.times)
-    return interval(a.times[both] - b.times[both])
-
-
 # --- the command ----------------------------------------------------------------------------------------------
 def advise_main(args) -> int:
     """``gradcode advise SPEC [--out DIR] [--verify] [--hostfile FILE] [--seeds S ...] [--quick]
