@@ -22,6 +22,8 @@ from .numfmt import fmt_ci, fmt_value
 from .report import mean_ci
 
 NOTABLE = 1.15        # a ratio of load or bytes worth naming
+LOWEST = {"k": 1, "b": 1, "k0": 1, "s": 1, "burn_in": 0}    # the least value each can take
+DECODED = ("coded", "partial_coded")     # the families whose combine is a decode with a residual
 SHORT_KEYS = ("k", "b", "k0", "burn_in", "max_batch", "s", "wait", "tau", "T")   # the parameters advise tunes
 
 
@@ -108,13 +110,16 @@ def why(loser, best) -> str:
     parts = []
     if loser.missed:
         parts.append(f"missed the target on {loser.missed} of {len(loser.seeds)} seeds")
+    if not math.isfinite(loser.mean_time):
+        return f"{short(loser)}: " + "; ".join(parts + [f"gradient error {_error(loser)}"])
     iters = _ratio(loser.iterations.mean(), best.iterations.mean())
     step = _ratio(loser.step.mean(), best.step.mean())
     if step >= iters:
-        parts.append(f"its iterations take {_times(step)} as long (it waits for more workers, or more work)")
+        parts.append(f"its iterations take {_times(step)} as long (it waits for more workers, or more work), "
+                     f"{_times(iters)} as many (gradient error {_error(loser)}, against {_error(best)})")
     else:
         parts.append(f"it needs {_times(iters)} the iterations (gradient error {_error(loser)}, "
-                     f"against {_error(best)})")
+                     f"against {_error(best)}), each {_times(step)} as long")
     load = _ratio(loser.computed.mean(), best.computed.mean())
     if load > NOTABLE:
         parts.append(f"computes {_times(load)} the load per iteration")
@@ -146,6 +151,9 @@ def edges(advice) -> list[str]:
             if len(values) < 3 or tuned.get(key) not in (values[0], values[-1]):
                 continue
             end = "smallest" if tuned[key] == values[0] else "largest"
+            if end == "smallest" and tuned[key] <= LOWEST.get(key, -math.inf) or (
+                    end == "largest" and key in ("k", "b") and tuned[key] >= advice.n - 1):
+                continue           # the end of what the parameter can be, not of the grid alone
             out.append(f"{family}: the tuned {key} = {tuned[key]} is the {end} tried ({', '.join(map(str, values))}); "
                        "a value beyond it may do better still.")
     return out
@@ -182,7 +190,7 @@ def ranking_rows(advice) -> list[str]:
         rows.append(f"| {i} | {short(t)} | {_ci(t)} | {fmt_ci(*paired(t, best)) if t is not best else '-'} | "
                     f"{_reached(t)} | {fmt_value(t.iterations.mean())} | {fmt_value(t.step.mean())} | "
                     f"{fmt_value(t.computed.mean())} | {fmt_value(_floats(t))} | {_error(t)} | "
-                    f"{'n/a' if t.residual is None else fmt_value(t.residual)} | "
+                    f"{fmt_value(t.residual) if t.candidate.family in DECODED else 'n/a'} | "
                     f"{_ci(default) if default is not None else '-'} |")
     return rows
 

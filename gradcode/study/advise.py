@@ -85,7 +85,7 @@ class Trial:
     iterations: np.ndarray                 # iterations run per seed (to the target, or all of them)
     step: np.ndarray                       # mean iteration time per seed
     computed: np.ndarray                   # load units computed per iteration, per seed
-    floats: np.ndarray                     # floats sent per iteration, per seed (nan: not recorded)
+    floats: np.ndarray                     # floats sent per iteration, per seed
     grad_error: float | None               # median relative gradient error over every iteration of every seed
     residual: float | None                 # mean decoding residual (codes), else None
 
@@ -256,8 +256,8 @@ def _same(a, b) -> bool:
 
 
 def _has_default(family: str) -> bool:
-    """Does the family run with its base setting alone (fastest_k needs a k, backup works out its own)?"""
-    return family != "fastest_k"
+    """Does the family run with its base setting alone (fastest_k needs a k, backup a b)?"""
+    return family not in ("fastest_k", "backup")
 
 
 def _buildable(spec: Spec, cands: list[Candidate]) -> list[Candidate]:
@@ -286,12 +286,19 @@ def run_trial(cand: Candidate, spec: Spec, delay, workload, seeds: list[int], ta
         recs, summary = result.records, result.summary
         per_seed.append((summary.get("time_to_target") if summary.get("time_to_target") is not None else math.inf,
                          len(recs), summary["mean_iteration_time"], summary["computed"] / len(recs),
-                         (summary["floats"] / len(recs)) if summary.get("floats") is not None else math.nan))
+                         _floats(summary, scheme, workload) / len(recs)))
         errors += [r["grad_error"] for r in recs if r.get("grad_error") is not None]
         residuals += [r["residual"] for r in recs if r.get("residual") is not None]
     cols = [np.array(c, dtype=float) for c in zip(*per_seed, strict=True)]
     return Trial(cand, list(seeds), *cols, grad_error=float(np.median(errors)) if errors else None,
                  residual=float(np.mean(residuals)) if residuals else None)
+
+
+def _floats(summary: dict[str, Any], scheme, workload) -> float:
+    """Floats sent in the run: the records' count, else messages times the scheme's message size."""
+    if summary.get("floats") is not None:
+        return float(summary["floats"])
+    return float(summary["messages"] * scheme.message_size(int(workload.dim)))
 
 
 def advise(source, *, seeds: list[int] | None = None, quick: bool = False, gap: float = GAP,
