@@ -35,6 +35,7 @@ class Check:
     folder: Path
     error: str | None = None
     overhead: float | None = None     # the MPI run's measured over ideal time (its runtime's own cost)
+    ideal: float | None = None        # its time to target on the ideal clock (no runtime overhead)
 
     @property
     def held(self) -> bool:
@@ -89,8 +90,25 @@ def verify(advice, spec: Spec, out: Path, hostfile: str | None = None, top: int 
         summary = _summary(folder)
         error = summary.get("error") or (None if code == 0 else f"exit status {code}")
         checks.append(Check(short(trial), predicted, summary.get("time_to_target"), folder, error,
-                            summary.get("overhead_ratio")))
+                            summary.get("overhead_ratio"), ideal_time_to_target(folder, advice.target)))
     return checks
+
+
+def ideal_time_to_target(folder: Path, target: float) -> float | None:
+    """The MPI run's time to ``target`` on its ideal clock: ``sum_t (ideal_end_t - start_t)`` up to the first
+    record whose loss reaches it (what the iterations would have taken with no runtime overhead)."""
+    from ..output.report import read_records
+
+    try:
+        records, _ = read_records(folder / "records.jsonl")
+    except (OSError, ValueError):
+        return None
+    total = 0.0
+    for rec in records:
+        total += rec["ideal_end"] - rec["start"]
+        if rec.get("loss") is not None and rec["loss"] <= target:
+            return total
+    return None
 
 
 def _summary(folder: Path) -> dict[str, Any]:
@@ -104,8 +122,9 @@ def _overhead(c: Check) -> str:
     """Why a prediction may miss: the MPI runtime's own time per iteration, against the emulated delays."""
     if c.overhead is None or c.overhead <= 1 + TOLERANCE:
         return ""
-    return (f"; the MPI iterations took {c.overhead:.2f}x their ideal time (the runtime's own cost against the "
-            "emulated delays: a larger [run] time_scale makes it smaller)")
+    ideal = "" if c.ideal is None else f", {c.ideal:.4g} on its ideal clock"
+    return (f"; the MPI iterations took {c.overhead:.2f}x their ideal time{ideal} (the runtime's own cost against "
+            "the emulated delays: a larger [run] time_scale makes it smaller)")
 
 
 def verdict(checks: list[Check]) -> list[str]:
