@@ -4,7 +4,6 @@ the tables, bad input is refused before any work, ``--out`` writes its files, ``
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from gradcode.cli import main
 from gradcode.clusters.sim import simulate
 from gradcode.errors import ConfigError
 from gradcode.output.advice import advice_text, interval, short, write_advice
+from gradcode.output.numfmt import fmt_ci
 from gradcode.spec import build, load_spec
 from gradcode.study import advise_cli
 from gradcode.study.advise import GAP, advise
@@ -55,10 +55,12 @@ def test_the_words_carry_the_tables_numbers(tiny_advice, tmp_path):
     best = a.ranking[0]
     text = advice_text(a)
     assert f"Use {short(best)}:" in text
-    assert math.isclose(a.target, 0.0, abs_tol=1) and "optimal loss F*" in a.target_note    # relative target
-    assert f"{len(a.seeds) - best.missed}/{len(a.seeds)}" in text
+    workload = build(load_spec(copy.deepcopy(TINY)))[2]          # no target_loss: the relative target
+    start = workload.loss(workload.init_params())
+    assert a.target == pytest.approx(workload.optimal_loss + GAP * (start - workload.optimal_loss))
     mean, half = interval(best.times)
     assert mean == pytest.approx(np.mean(best.times[np.isfinite(best.times)]))
+    assert f"{fmt_ci(mean, half)} time units" in text and f"{len(a.seeds) - best.missed}/{len(a.seeds)}" in text
     written = write_advice(a, tmp_path)
     names = {p.name for p in written}
     assert {"advice.md", "advice.html", "advice.json", "ranking.png", "tuning.png"} <= names
