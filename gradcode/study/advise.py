@@ -160,14 +160,14 @@ def _with_scheme(source):
 
 def target_of(spec: Spec, workload, gap: float = GAP) -> tuple[float, str]:
     """The loss target and a sentence saying where it comes from; a :class:`ConfigError` if there is none."""
+    if not 0 < gap < 1:
+        raise ConfigError(f"--target-gap must be in (0, 1) (a fraction of the initial excess loss), got {gap}")
     if spec.options.target_loss is not None:
         return spec.options.target_loss, f"[run] target_loss = {spec.options.target_loss:.6g}"
     optimum = getattr(workload, "optimal_loss", None)
     if optimum is None:
         raise ConfigError(f"advise needs a loss target: set [run] target_loss (the workload "
                           f"{spec.workload.get('name')!r} knows no optimal loss, so no relative target exists)")
-    if not 0 < gap < 1:
-        raise ConfigError(f"--target-gap must be in (0, 1) (a fraction of the initial excess loss), got {gap}")
     start = float(workload.loss(workload.init_params()))
     target = optimum + gap * (start - optimum)
     return target, (f"F* + {gap:g} (F(w0) - F*) = {target:.6g}, with the workload's optimal loss F* = {optimum:.6g} "
@@ -201,10 +201,12 @@ def grid(family: str, n: int, delay, quick: bool) -> list[dict[str, Any]]:
 
 
 def _code_grid(n: int, quick: bool) -> list[dict[str, Any]]:
-    """Exact codes: cyclic repetition at s = 1..3, fractional repetition where s + 1 divides n."""
+    """Exact codes: cyclic repetition at s = 1..3, fractional repetition where s + 1 divides n; one approximate
+    code: the expander at s = 2, stopping at the first 3n/4 (optimal decoding)."""
     out = [{"code": "cyclic_repetition", "s": s} for s in _between([1, 2] if quick else [1, 2, 3], 1, n - 1)]
     if not quick:
         out += [{"code": "fractional_repetition", "s": s} for s in (1, 3) if s < n and n % (s + 1) == 0]
+        out += [{"code": "expander", "s": 2, "wait": math.ceil(3 * n / 4)}] if n > 3 else []
     return out
 
 
