@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GradcodeError
 from ..spec import Spec, build, load_spec
 from .harness import scheme_label, seeds_of
 
@@ -317,16 +317,22 @@ def advise(source, *, seeds: list[int] | None = None, quick: bool = False, gap: 
     target, note = target_of(spec, workload, gap)
     cands = candidates(spec, delay, workload, quick)
     trials: dict[str, list[Trial]] = {}
+    notes: list[str] = []
     with progress_bar(sum(map(len, cands.values())), unit="setting", disable=not progress, desc="advise") as bar:
         for family, group in cands.items():
-            trials[family] = []
             for cand in group:
-                trials[family].append(run_trial(cand, spec, delay, workload, seeds, target))
+                try:
+                    trials.setdefault(family, []).append(run_trial(cand, spec, delay, workload, seeds, target))
+                except GradcodeError as err:     # e.g. a simulation refused for its memory: the others still rank
+                    notes.append(f"{cand.label} could not run: {err}")
                 bar.update(1)
+    trials = {family: ts for family, ts in trials.items() if ts}
+    if not trials:
+        raise GradcodeError("advise: no setting could run; " + "; ".join(notes))
     ranking = sorted((min(ts, key=Trial.score) for ts in trials.values()), key=Trial.score)
     return Advice(target=target, target_note=note, seeds=seeds, n=spec.workers, delay=delay_label(spec.delays[0]),
                   trials=trials, ranking=ranking, seconds=time.perf_counter() - wall,
-                  cpu_seconds=time.process_time() - cpu)
+                  cpu_seconds=time.process_time() - cpu, notes=notes)
 
 
 # --- the command ----------------------------------------------------------------------------------------------

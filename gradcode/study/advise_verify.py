@@ -122,7 +122,8 @@ def _overhead(c: Check) -> str:
     """Why a prediction may miss: the MPI runtime's own time per iteration, against the emulated delays."""
     if c.overhead is None or c.overhead <= 1 + TOLERANCE:
         return ""
-    ideal = "" if c.ideal is None else f", {c.ideal:.4g} on its ideal clock"
+    ideal = "" if c.ideal is None else f", {c.ideal:.4g} on its ideal clock" + (
+        f" ({c.ideal / c.predicted:.2f}x the prediction)" if c.predicted else "")
     return (f"; the MPI iterations took {c.overhead:.2f}x their ideal time{ideal} (the runtime's own cost against "
             "the emulated delays: a larger [run] time_scale makes it smaller)")
 
