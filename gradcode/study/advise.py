@@ -166,7 +166,7 @@ def target_of(spec: Spec, workload, gap: float = GAP) -> tuple[float, str]:
         return spec.options.target_loss, f"[run] target_loss = {spec.options.target_loss:.6g}"
     optimum = getattr(workload, "optimal_loss", None)
     if optimum is None:
-        raise ConfigError(f"advise needs a loss target: set [run] target_loss (the workload "
+        raise ConfigError("advise needs a loss target: set [run] target_loss (the workload "
                           f"{spec.workload.get('name')!r} knows no optimal loss, so no relative target exists)")
     start = float(workload.loss(workload.init_params()))
     target = optimum + gap * (start - optimum)
