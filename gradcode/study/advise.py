@@ -339,13 +339,11 @@ def advise(source, *, seeds: list[int] | None = None, quick: bool = False, gap: 
 def advise_main(args) -> int:
     """``gradcode advise SPEC [--out DIR] [--verify] [--hostfile FILE] [--seeds S ...] [--quick]
     [--target-gap G]``: every input checked before any work."""
+    import contextlib
     import sys
-    import tempfile
-    from pathlib import Path
 
-    from ..output.advice import advice_text, write_advice
-    from ..plumbing.outdir import writable_folder
-    from .advise_verify import check_verify, verdict, verify
+    from ..plumbing.outdir import FolderLock, writable_folder
+    from .advise_verify import check_verify
 
     if args.hostfile and not args.verify:
         raise ConfigError("--hostfile is for the MPI runs of --verify; add --verify (or drop --hostfile)")
@@ -353,7 +351,19 @@ def advise_main(args) -> int:
     out = writable_folder(args.out) if args.out else None
     if args.verify:
         check_verify(spec, args.hostfile)
-    advice = advise(args.spec, seeds=args.seeds, quick=args.quick, gap=args.target_gap, progress=sys.stderr.isatty())
+    with FolderLock(out) if out else contextlib.nullcontext():      # one writer of DIR at a time
+        return _advise_into(args, spec, out, sys.stderr.isatty())
+
+
+def _advise_into(args, spec: Spec, out, progress: bool) -> int:
+    """The work of :func:`advise_main` once its inputs are checked: advise, print, verify, write."""
+    import tempfile
+    from pathlib import Path
+
+    from ..output.advice import advice_text, write_advice
+    from .advise_verify import verdict, verify
+
+    advice = advise(args.spec, seeds=args.seeds, quick=args.quick, gap=args.target_gap, progress=progress)
     print(advice_text(advice), flush=True)
     failed = False
     if args.verify:
@@ -365,5 +375,5 @@ def advise_main(args) -> int:
         print("\n".join(advice.verified))
     if out:
         written = write_advice(advice, out)
-        print(f"\nwrote {', '.join(str(p) for p in written[:3])} and the figures")
+        print(f"\nwrote {', '.join(str(p) for p in written)}")
     return 1 if failed else 0
