@@ -22,7 +22,7 @@ from .numfmt import fmt_ci, fmt_value
 from .report import mean_ci
 
 NOTABLE = 1.15        # a ratio of load or bytes worth naming
-LOWEST = {"k": 1, "b": 1, "k0": 1, "s": 1, "burn_in": 0}    # the least value each can take
+LOWEST = {"k": 1, "b": 1, "k0": 1, "s": 1, "burn_in": 0}    # the least value each parameter can take
 DECODED = ("coded", "partial_coded")     # the families whose combine is a decode with a residual
 SHORT_KEYS = ("k", "b", "k0", "burn_in", "max_batch", "s", "wait", "tau", "T")   # the parameters advise tunes
 

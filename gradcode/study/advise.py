@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, GradcodeError
+from ..output.advice import LOWEST
 from ..spec import Spec, build, load_spec
 from .harness import scheme_label, seeds_of
 
@@ -275,6 +276,39 @@ def _buildable(spec: Spec, cands: list[Candidate]) -> list[Candidate]:
     return kept
 
 
+STEP_KEYS = ("k", "b", "k0", "s", "burn_in", "tau", "T")    # the numeric parameters a grid may be extended in
+
+
+def extension(spec: Spec, trials: list[Trial]) -> Candidate | None:
+    """One more setting when the tuned one is at an end of its grid (of two values or more) in a parameter: a step
+    beyond it (half the gap to its neighbour for an integer, the same ratio for a time limit), within what the
+    parameter can take; None if there is no such end or step."""
+    tuned = min(trials, key=Trial.score).candidate
+    n, tried = spec.workers, {t.candidate.label for t in trials}
+    for key in STEP_KEYS:
+        values = sorted({t.candidate.table[key] for t in trials if _number(t.candidate.table.get(key))})
+        value = tuned.table.get(key)
+        if len(values) < 2 or not _number(value) or value not in (values[0], values[-1]):
+            continue
+        near = values[1] if value == values[0] else values[-2]
+        if isinstance(value, int):
+            step = max(1, abs(near - value) // 2)
+            new = value - step if value == values[0] else value + step
+            high = n if key == "k0" else n - 1 if key in ("k", "b", "s") else 10**6
+            if not LOWEST.get(key, 0) <= new <= high:
+                continue
+        else:
+            new = float(f"{value * value / near:.3g}")
+        cand = Candidate(tuned.family, canonical({**tuned.table, key: new}))
+        if cand.label not in tried and _buildable(spec, [cand]):
+            return cand
+    return None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 # --- running --------------------------------------------------------------------------------------------------
 def run_trial(cand: Candidate, spec: Spec, delay, workload, seeds: list[int], target: float) -> Trial:
     """``cand`` on every seed (simulated; the same draws as every other candidate), stopped at the target."""
@@ -327,6 +361,10 @@ def advise(source, *, seeds: list[int] | None = None, quick: bool = False, gap: 
                     notes.append(f"{cand.label} could not run: {err}")
                 bar.update(1)
     trials = {family: ts for family, ts in trials.items() if ts}
+    for ts in trials.values():       # one step past the end of a grid where the tuned setting sits there
+        beyond = extension(spec, ts)
+        if beyond is not None:
+            ts.append(run_trial(beyond, spec, delay, workload, seeds, target))
     if not trials:
         raise GradcodeError("advise: no setting could run; " + "; ".join(notes))
     ranking = sorted((min(ts, key=Trial.score) for ts in trials.values()), key=Trial.score)
