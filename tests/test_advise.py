@@ -16,7 +16,7 @@ from gradcode.output.advice import advice_text, interval, short, write_advice
 from gradcode.output.numfmt import fmt_ci
 from gradcode.spec import build, load_spec
 from gradcode.study import advise_cli
-from gradcode.study.advise import GAP, advise
+from gradcode.study.advise import GAP, Candidate, Trial, advise, extension
 
 TINY = {
     "cluster": {"workers": 4},
@@ -105,3 +105,19 @@ def test_verify_runs_the_first_choices_on_mpi(tmp_path):
     runs = sorted((tmp_path / "out" / "verify").iterdir())
     assert len(runs) == 2 and all((r / "records.jsonl").is_file() for r in runs)
     assert "On MPI (--verify)" in (tmp_path / "out" / "advice.md").read_text()
+
+
+def test_a_best_setting_at_the_end_of_its_grid_gets_one_step_beyond():
+    spec = load_spec(copy.deepcopy(TINY))
+    one = np.ones(2)
+
+    def trial(table, time):
+        return Trial(Candidate(table["name"], table), [0, 1], one * time, one, one, one, one, None, None)
+
+    ks = [trial({"name": "fastest_k", "k": k}, time) for k, time in ((2, 5.0), (3, 7.0))]
+    assert extension(spec, ks).table == {"name": "fastest_k", "k": 1}
+    assert extension(spec, [ks[0], trial({"name": "fastest_k", "k": 1}, 6.0), ks[1]]) is None   # inside: no step
+    limits = [trial({"name": "anytime", "T": t}, time) for t, time in ((1.0, 9.0), (2.0, 4.0))]
+    assert extension(spec, limits).table["T"] == 4.0                          # the same ratio past the end
+    codes = [trial({"name": "coded", "code": "cyclic_repetition", "s": s}, time) for s, time in ((1, 3.0), (2, 4.0))]
+    assert extension(spec, codes) is None                                     # s = 1 is the least s can be
