@@ -258,13 +258,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
 
-def check_spec(raw: dict[str, Any]) -> Spec:
-    """The :class:`Spec` of a spec's tables, every table checked (every object is built once)."""
-    return _check_spec(raw)[0]
-
-
 def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
-    """``(spec, workload)``: :func:`check_spec` and the workload it built."""
+    """``(spec, workload)``: the :class:`Spec` of a spec's tables, every table checked (every object is built
+    once), and the workload it built."""
     if "sweep" in raw:
         raise ConfigError("spec: a [sweep] table makes this spec a grid of comparisons: run it with "
                           "`gradcode sweep SPEC --out DIR` (or remove [sweep] to run one comparison)")
@@ -288,20 +284,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
     _check_keys(run, RUN_KEYS, "[run]")
     options = RunOptions.from_spec(run, cluster)
     _check_seeds(run)
-    if "scheme" in raw and "schemes" in raw:
-        raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
-    if "scheme" in raw:
-        schemes = [dict(_table(raw, "scheme"))]
-    elif "schemes" in raw:
-        if (not isinstance(raw["schemes"], list) or not raw["schemes"]
-                or not all(isinstance(s, dict) for s in raw["schemes"])):
-            raise ConfigError("[[schemes]] must be a non-empty array of tables, each with name = a scheme; got "
-                              f"{raw['schemes']!r}")
-        schemes = [dict(s) for s in raw["schemes"]]
-    else:
-        raise ConfigError("spec: no scheme; add a [scheme] table (or [[schemes]]) with name = one of "
-                          + ", ".join(_scheme_names()))
-    delays = _delays(raw)
+    schemes = _entries(raw, "scheme", "a scheme", "spec: no scheme; add a [scheme] table (or [[schemes]]) with "
+                       "name = one of " + ", ".join(_scheme_names()))
+    delays = _entries(raw, "delay", "a delay model", "spec: no [delay] table; add one (or [[delays]] tables) with "
+                      "name = a delay model")
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays,
                 options=options)
@@ -322,18 +308,20 @@ def _check_against_workload(options: RunOptions, workload) -> None:
                           "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
 
 
-def _delays(raw: dict) -> list[dict]:
-    """The delay tables: ``[delay]`` alone, or a non-empty ``[[delays]]`` array (a sweep)."""
-    if "delay" in raw and "delays" in raw:
-        raise ConfigError("spec: give either [delay] or [[delays]], not both")
-    if "delays" in raw:
-        if not isinstance(raw["delays"], list) or not raw["delays"] or not all(
-                isinstance(d, dict) for d in raw["delays"]):
-            raise ConfigError("[[delays]] must be a non-empty array of tables, each with name = a delay model")
-        return [dict(d) for d in raw["delays"]]
-    if "delay" not in raw:
-        raise ConfigError("spec: no [delay] table; add one (or [[delays]] tables) with name = a delay model")
-    return [dict(_table(raw, "delay"))]
+def _entries(raw: dict, one: str, what: str, missing: str) -> list[dict]:
+    """The tables of ``[one]`` alone, or of a non-empty ``[[ones]]`` array (several schemes or delay models)."""
+    many = one + "s"
+    if one in raw and many in raw:
+        raise ConfigError(f"spec: give either [{one}] or [[{many}]], not both")
+    if many in raw:
+        tables = raw[many]
+        if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError(f"[[{many}]] must be a non-empty array of tables, each with name = {what}; got "
+                              f"{tables!r}")
+        return [dict(t) for t in tables]
+    if one not in raw:
+        raise ConfigError(missing)
+    return [dict(_table(raw, one))]
 
 
 def _unlabelled(table: dict) -> dict:
@@ -435,10 +423,10 @@ _SHARED: dict[str, Any] = {}    # the last workload built from a spec table (see
 def _shared_workload(table: dict[str, Any], make_workload):
     """``make_workload(table)``, kept for the next build of the same table in this process when it is one of
     gradcode's own workloads generated from its parameters (no ``data`` file, which may change on disk): checking
-    a spec, each run of a comparison and each sweep cell built it again, 2-3 times per run (issue 30: 480
-    least-squares optima, 14 s of a 40 s sweep of 24 cells). gradcode only reads a workload (a run copies
-    ``init_params``; partition bounds are a cache), and a forked pool worker inherits the one the sweep built
-    while checking its cells. One table is kept, so at most one workload outlives its runs."""
+    a spec, each run of a comparison and each sweep cell would build it again, 2-3 times per run. gradcode only
+    reads a workload (a run copies ``init_params``; partition bounds are a cache), and a forked pool worker
+    inherits the one the sweep built while checking its cells. One table is kept, so at most one workload outlives
+    its runs."""
     from .plumbing.registry import WORKLOADS
 
     name = table.get("name")
