@@ -46,6 +46,8 @@ from typing import Any
 
 from .errors import ConfigError, check_float, check_int
 from .optim import OPTIMIZERS
+from .plumbing.params import accepted_params
+from .plumbing.registry import SCHEMES, WORKLOADS, add_user_dirs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -190,8 +192,6 @@ def load_spec_built(source: str | Path | dict, overrides: dict[str, Any] | None 
     """:func:`load_spec`, and the workload that checking the spec built (None without ``[workload]``): a caller that
     runs the spec once passes it to :func:`build` instead of building it again (an MPI rank: a large workload
     takes seconds). It is fresh: checking reads it but does not use it."""
-    from .plumbing.registry import add_user_dirs
-
     if isinstance(source, dict):
         raw = drop_none(source)
         add_user_dirs(Path.cwd())   # user modules named by import path
@@ -284,10 +284,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
     _check_keys(run, RUN_KEYS, "[run]")
     options = RunOptions.from_spec(run, cluster)
     _check_seeds(run)
-    schemes = _entries(raw, "scheme", "a scheme", "spec: no scheme; add a [scheme] table (or [[schemes]]) with "
-                       "name = one of " + ", ".join(_scheme_names()))
-    delays = _entries(raw, "delay", "a delay model", "spec: no [delay] table; add one (or [[delays]] tables) with "
-                      "name = a delay model")
+    schemes = _entries(raw, "scheme", "a scheme", lambda: "spec: no scheme; add a [scheme] table (or [[schemes]]) "
+                       "with name = one of " + ", ".join(SCHEMES.names()))
+    delays = _entries(raw, "delay", "a delay model", lambda: "spec: no [delay] table; add one (or [[delays]] tables) "
+                      "with name = a delay model")
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays,
                 options=options)
@@ -308,7 +308,7 @@ def _check_against_workload(options: RunOptions, workload) -> None:
                           "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
 
 
-def _entries(raw: dict, one: str, what: str, missing: str) -> list[dict]:
+def _entries(raw: dict, one: str, what: str, missing: Callable[[], str]) -> list[dict]:
     """The tables of ``[one]`` alone, or of a non-empty ``[[ones]]`` array (several schemes or delay models)."""
     many = one + "s"
     if one in raw and many in raw:
@@ -320,7 +320,7 @@ def _entries(raw: dict, one: str, what: str, missing: str) -> list[dict]:
                               f"{tables!r}")
         return [dict(t) for t in tables]
     if one not in raw:
-        raise ConfigError(missing)
+        raise ConfigError(missing())
     return [dict(_table(raw, one))]
 
 
@@ -349,12 +349,6 @@ def _check_seeds(run: dict) -> None:
     if "seed" in run:   # one of them would be ignored
         raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
                           f"got seed = {run['seed']!r} and seeds = {seeds!r}")
-
-
-def _scheme_names() -> list[str]:
-    from .schemes import list_schemes
-
-    return list(list_schemes())
 
 
 def _table(raw: dict, name: str) -> dict:
@@ -387,7 +381,6 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
     picks one of several ``[[delays]]`` (default the first, ``spec.delay``). ``workload``: one already built from
     ``spec.workload`` and not used yet (:func:`load_spec_built`), returned instead of a new one."""
     from .delays import make_delay
-    from .plumbing.registry import SCHEMES
     from .schemes import make_scheme
     from .workloads import make_workload
 
@@ -409,7 +402,9 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
             continue
         name, params = _named(table, f"[scheme {idx}]")
         try:
-            if batch is not None and _takes_run_batch(SCHEMES.get(name)):
+            # every `batch` parameter is the mini-batch size per partition (a scheme without one ignores [run]
+            # batch; adaptive_k_load's largest per-worker batch is `max_batch`)
+            if batch is not None and "batch" in accepted_params(SCHEMES.get(name)):
                 params.setdefault("batch", batch)
             schemes.append(make_scheme(name, n=n, **params))
         except ConfigError as err:
@@ -427,8 +422,6 @@ def _shared_workload(table: dict[str, Any], make_workload):
     reads a workload (a run copies ``init_params``; partition bounds are a cache), and a forked pool worker
     inherits the one the sweep built while checking its cells. One table is kept, so at most one workload outlives
     its runs."""
-    from .plumbing.registry import WORKLOADS
-
     name = table.get("name")
     try:
         key = json.dumps(table, sort_keys=True)
@@ -443,10 +436,3 @@ def _shared_workload(table: dict[str, Any], make_workload):
         _SHARED[key] = built
     return _SHARED[key]
 
-
-def _takes_run_batch(cls) -> bool:
-    """Does the scheme take ``[run] batch``? Every ``batch`` parameter is the mini-batch size per partition (a scheme
-    without one ignores it; adaptive_k_load's largest per-worker batch is ``max_batch``)."""
-    from .plumbing.params import accepted_params
-
-    return "batch" in accepted_params(cls)
