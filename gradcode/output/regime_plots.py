@@ -81,11 +81,6 @@ def regime_map(rows: list[dict], table: list[dict], swept: list[str], path: Path
     return _heatmaps(plt, rows, table, keys, path, metric)
 
 
-def _panel_title(cluster, delay, rest: dict) -> str:
-    extra = ", ".join(f"{k} = {_text(v)}" for k, v in rest.items())
-    return f"{cluster}, {delay}" + (f"\n{extra}" if extra else "")
-
-
 def _shown(families: dict) -> tuple[list, str]:
     """The first MAX_PANELS families, and a note when some are left out."""
     items = list(families.items())
@@ -102,9 +97,10 @@ def _heatmaps(plt, rows, table, keys, path, metric) -> bool:
     for ax, ((cluster, delay, *_), cells) in zip(axes, shown, strict=True):
         for w in cells:
             _heat_cell(ax, w, xs.index(_hashable(w[keys[0]])), ys.index(_hashable(w[keys[1]])), colours, metric)
+        extra = ", ".join(f"{k} = {_text(cells[0][k])}" for k in rest)    # the keys after the first two
         ax.set(xlim=(-0.5, len(xs) - 0.5), ylim=(-0.5, len(ys) - 0.5), xlabel=keys[0], ylabel=keys[1],
                xticks=range(len(xs)), yticks=range(len(ys)),
-               title=_panel_title(cluster, delay, {k: cells[0][k] for k in rest}))
+               title=f"{cluster}, {delay}" + (f"\n{extra}" if extra else ""))
         ax.set_xticklabels([_text(v) for v in xs], fontsize=8)
         ax.set_yticklabels([_text(v) for v in ys], fontsize=8)
     _heat_legend(fig, [w for _, cells in shown for w in cells], colours, metric)
