@@ -21,8 +21,3 @@ def add_parser(sub) -> None:
     adv.add_argument("--target-gap", type=float, default=GAP, metavar="G",
                      help=f"without [run] target_loss: the target F* + G (F(w0) - F*) (default {GAP:g})")
 
-
-def main(args) -> int:
-    from .advise import advise_main
-
-    return advise_main(args)
