@@ -427,6 +427,20 @@ class Schedule:
         """Load units each worker kept, from the plan's ``load`` of all ``M`` chunks."""
         return self.kept * (load / self.chunk_end.shape[1])
 
+    @classmethod
+    def of_stops(cls, micro: np.ndarray, kept: np.ndarray, stop: np.ndarray, comm_time: np.ndarray,
+                 limit: int) -> Schedule:
+        """The schedule of workers that computed the chunk times ``micro`` (``(..., n, M)``) in order, kept the first
+        ``kept`` and stopped at ``stop``, ``limit`` chunks being the most they would start: a chunk in progress at the
+        stop was started (its work dropped) and ends there."""
+        end = np.cumsum(micro, axis=-1)
+        with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
+            begin = end - micro
+        at = np.take_along_axis(begin, np.minimum(kept, limit - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
+        started = kept + ((kept < limit) & (stop > at))
+        return cls(chunk_end=np.minimum(end, stop[..., None]), started=started, kept=kept, stop=stop,
+                   comm_time=comm_time)
+
     def kept_parts(self, plan: Plan) -> np.ndarray:
         """The partitions whose gradients are kept, worker by worker, in chunk order."""
         mask = np.arange(self.chunk_end.shape[1])[None, :] < self.kept[:, None]
