@@ -108,10 +108,7 @@ class DelayModel:
         """Unit times where the CDF jumps or has a kink (help for the quadrature)."""
         return [self._lower()]
 
-    @property
-    def _discrete(self) -> bool:
-        """True if ``_atoms`` is the exact (finite) distribution."""
-        return False
+    _discrete: bool = False   # True if ``_atoms`` is the exact (finite) distribution (a property in wrappers)
 
     def _atoms(self) -> tuple[np.ndarray, np.ndarray]:
         """``(values, weights)`` of the unit time: exact for discrete models, else the midpoint quantiles

@@ -201,9 +201,6 @@ class HeterogeneousDelay(Wrapper):
             return DelayModel._comm(self, seed, t_arr, n, path)
         return self.base._comm(seed, t_arr, n, path)
 
-    def _comm_key(self):
-        return super()._comm_key() if self._own_comm else self.base._comm_key()
-
     def _groups(self, n):
         if self.speeds is None or len(self.speeds) != n:
             return [(n, self)]

@@ -37,13 +37,13 @@ class Wrapper(DelayModel):
         inner = [m for _, m in components]
         self._own_comm = comm is not None or comm_dist is not None
         self._mixed_comm = not self._own_comm and len({m._comm_key() for m in inner}) > 1
-        if self._mixed_comm and self._per_component_comm and comm is None and comm_dist is None:
+        if self._mixed_comm and self._per_component_comm:
             super().__init__()   # each component keeps its own; the i.i.d. view mixes the total times
         else:
             c, d = _inherit_comm(inner, comm, comm_dist, self.name)
             super().__init__(comm=c, comm_dist=d)
             self._mixed_comm = False
-            if comm is None and comm_dist is None:
+            if not self._own_comm:
                 self._cd = inner[0]._cd   # the wrapped model's term (a straggler's added time included)
         self.components = components
 
@@ -241,7 +241,7 @@ def _mixed(name: str, combine):
             return getattr(super(MixtureDelay, self), name)(*args, **kwargs)
         return combine([(w, getattr(m, name)(*args, **kwargs)) for w, m in self.components])
 
-    hook.__name__ = hook.__qualname__ = name
+    hook.__name__, hook.__qualname__, hook.__doc__ = name, f"MixtureDelay.{name}", getattr(DelayModel, name).__doc__
     return hook
 
 
