@@ -308,6 +308,12 @@ class Scheme:
         """Real numbers per message for a model of ``d`` parameters."""
         return d
 
+    def message_bytes(self, d: int) -> int:
+        """Bytes of one message on the wire for a model of ``d`` parameters: ``8 message_size(d)`` (float64; a
+        complex code's two reals an entry, a chunk's share, are in :meth:`message_size`). A network
+        (``gradcode.clusters.network``) moves this many bytes a message."""
+        return 8 * self.message_size(d)
+
     def effective_batch(self) -> int | None:
         """Samples behind this iteration's gradient, if the default step must follow them (the cluster then steps
         by ``workload.batch_lr(effective_batch)`` unless ``[run] lr`` is given); None: the workload's ``lr``. A
@@ -457,6 +463,10 @@ class DecentralizedScheme(Scheme):
 
     def stop_count(self) -> int:
         return self.n   # All-Reduce: every worker takes part
+
+    def message_bytes(self, d: int) -> int:
+        """Bytes each rank's All-Reduce vector carries: the kept gradients' sum and their count, ``d + 1`` floats."""
+        return 8 * (d + 1)
 
 
 CHUNK_BYTES = 64   # per worker and chunk of an iteration: its time, end, kept flag and the like (a few arrays)
