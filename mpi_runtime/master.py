@@ -271,7 +271,7 @@ class Master(Driver):
         start = it.start
         begin = begins(plan, it.late, start, free)
         try:
-            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late)
+            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late, self.links)
         except SimulationError as err:
             raise RunFailure(f"iteration {it.t}: {err}") from None
         if self.port.streaming:     # a worker takes a newer plan where the simulator says it is free

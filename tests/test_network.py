@@ -1,8 +1,13 @@
 """Bytes in the model: what each message carries, the ``[network]`` table, and what links do to an iteration."""
 
+import numpy as np
 import pytest
 
+from gradcode import simulate
+from gradcode.errors import ConfigError
+from gradcode.network import Network, parse_rate
 from gradcode.schemes import make_scheme
+from gradcode.spec import check_spec
 
 
 @pytest.mark.parametrize("name, params, floats", [
@@ -15,3 +20,67 @@ from gradcode.schemes import make_scheme
 ])
 def test_message_bytes(name, params, floats):
     assert make_scheme(name, n=6, **params).message_bytes(600) == 8 * floats
+
+
+def test_rates_and_table_errors():
+    assert parse_rate("link", "1gbit") == 1.25e8
+    assert parse_rate("link", "100mbps") == 1e8
+    assert parse_rate("link", 5e6) == 5e6
+    base = {"cluster": {"workers": 4}, "delay": {"name": "constant"}, "scheme": {"name": "sync"}}
+    for table, words in [({"link": "fast", "d": 10}, ["link", "tc's units", "1gbit"]),
+                         ({"latency": 0.001, "d": 10}, ["link is missing"]),
+                         ({"link": "1gbit", "d": 10, "bandwidth": 3}, ["unknown key", "bandwidth", "slots"]),
+                         ({"link": "1gbit", "d": 10, "links": {"x": "1gbit"}}, ["links", "host number"]),
+                         ({"link": "1gbit", "d": 10, "slots": [2, 2]}, ["place 4 ranks", "the run has 5"]),
+                         ({"link": "1gbit", "d": 10, "slots": 2, "links": {5: "1gbit"}}, ["host(s) [5]", "0..2"]),
+                         ({"link": "1gbit"}, ["d is needed", "timing-only"])]:
+        with pytest.raises(ConfigError) as err:
+            check_spec({**base, "network": table})
+        assert all(w in str(err.value) for w in words), err.value
+    with pytest.raises(ConfigError, match="the workload's"):
+        check_spec({**base, "workload": {"name": "least_squares"}, "network": {"link": "1gbit", "d": 10}})
+
+
+def test_links_queue_and_units():
+    """One message: latency + bytes / rate, in units of time_scale seconds; n messages into one master take n b / r;
+    a worker on the master's host crosses no link."""
+    net = Network.of({"link": 1e6, "latency": 0.002, "slots": [2, 1, 1, 1], "d": 1000})   # 8000-byte messages
+    for scale in (0.01, 0.001):
+        links = net.bind(4, None, scale)     # worker 0 on the master's host, 1-3 one host each
+        send = np.zeros(4)
+        arrive = links.messages(send, np.arange(4), 8000)
+        wire = 8000 / 1e6 / scale
+        assert arrive[0] == 0.0
+        np.testing.assert_allclose(np.sort(arrive[1:]), 0.002 / scale + wire * np.array([1, 2, 3]))
+        np.testing.assert_allclose(links.plans(send, 8000), arrive)     # the plans: the same queues, outward
+
+
+def test_all_reduce_cost():
+    """MPICH's algorithms among the hosts: Rabenseifner for long vectors, with the extra step off powers of two."""
+    alpha, rate, m = 0.001, 1e8, 8 * 100_001
+    for hosts, p, extra in [(4, 4, 0), (3, 2, 1)]:
+        links = Network.of({"link": rate, "latency": alpha, "slots": 2, "d": 1}).bind(2 * hosts - 1, None, 1.0)
+        want = 2 * np.log2(p) * alpha + 2 * (p - 1) / p * m / rate + extra * 2 * (alpha + m / rate)
+        assert links.all_reduce(m) == pytest.approx(want)
+    one = Network.of({"link": rate, "slots": 9, "d": 1}).bind(8, None, 1.0)
+    assert one.all_reduce(m) == 0.0
+    assert links.all_reduce(800) == pytest.approx(np.log2(2) * (alpha + 800 / rate) + 2 * (alpha + 800 / rate))
+
+
+def test_simulated_network():
+    """On one host the network changes nothing, to the bit; across hosts sync waits for the plans and messages the
+    links carry (constant delays: every number known), and DropCompute for its All-Reduce."""
+    delay = {"name": "constant", "value": 1.0, "comm": 0.0}
+    plain = simulate(make_scheme("sync", n=4), delay, None, iterations=3)
+    local = simulate(make_scheme("sync", n=4), delay, None, iterations=3,
+                     network={"link": "1gbit", "slots": 5, "d": 10**6})
+    assert [r["end"] for r in local.records] == [r["end"] for r in plain.records]
+    wide = simulate(make_scheme("sync", n=4), delay, None, iterations=3, time_scale=0.01,
+                    network={"link": 8e8, "slots": 1, "d": 10**6})      # 8 MB a plan and a message: 1 unit each
+    # worker i's plan leaves the master's link after the others before it and arrives at i + 1; it computes 1 unit
+    # and its message takes 1 more: the last arrives at 4 + 1 + 1
+    assert wide.records[0]["end"] == pytest.approx(6.0)
+    drop = simulate(make_scheme("dropcompute", n=3, tau=10.0), delay, None, iterations=2, time_scale=0.01,
+                    network={"link": 8e8, "slots": 1, "d": 10**6})
+    # 4 ranks (the master's takes part, as on MPI) on 4 hosts: 2 (p - 1) / p m beta, m beta = 8 (d + 1) bytes' unit
+    assert drop.records[0]["end"] == pytest.approx(1.0 + 2 * 3 / 4 * (10**6 + 1) / 10**6)

@@ -311,7 +311,7 @@ class Scheme:
     def message_bytes(self, d: int) -> int:
         """Bytes of one message on the wire for a model of ``d`` parameters: ``8 message_size(d)`` (float64; a
         complex code's two reals an entry, a chunk's share, are in :meth:`message_size`). A network
-        (``gradcode.clusters.network``) moves this many bytes a message."""
+        (``gradcode.network``) moves this many bytes a message."""
         return 8 * self.message_size(d)
 
     def effective_batch(self) -> int | None:
@@ -413,6 +413,7 @@ class Schedule:
     kept: np.ndarray
     stop: np.ndarray
     comm_time: np.ndarray
+    exchange: float = 0.0     # the All-Reduce's own time on a network (gradcode.network), after the last
 
     @property
     def ready(self) -> np.ndarray:
@@ -421,8 +422,10 @@ class Schedule:
 
     @property
     def duration(self) -> float:
-        """The step's length with zero overhead, ``max_i(stop_i + comm_time_i)`` (the All-Reduce waits for all)."""
-        return float(np.max(self.ready))
+        """The step's length with zero overhead, ``max_i(stop_i + comm_time_i) + exchange`` (the All-Reduce waits
+        for all, then moves its bytes)."""
+        last = float(np.max(self.ready))
+        return last + self.exchange if self.exchange else last
 
     @property
     def drop_rate(self) -> float:
