@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+import tomllib
+from helpers import cli
 
 from gradcode import simulate
 from gradcode.errors import ConfigError
@@ -84,3 +86,19 @@ def test_simulated_network():
                     network={"link": 8e8, "slots": 1, "d": 10**6})
     # 4 ranks (the master's takes part, as on MPI) on 4 hosts: 2 (p - 1) / p m beta, m beta = 8 (d + 1) bytes' unit
     assert drop.records[0]["end"] == pytest.approx(1.0 + 2 * 3 / 4 * (10**6 + 1) / 10**6)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_cluster_measure_writes_a_network_table(tmp_path):
+    """`gradcode cluster measure` between two ranks (here both on this machine: the mechanics, not a real link)
+    prints and writes a [network] table that a spec accepts."""
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost:1\nlocalhost:2\n")
+    out = cli("cluster", "measure", "--hostfile", str(hostfile), "--bytes", str(1 << 20), "--out",
+              str(tmp_path / "net.toml"), timeout=120)
+    assert out.returncode == 0, out.stderr
+    table = tomllib.loads((tmp_path / "net.toml").read_text())["network"]
+    assert out.stdout == (tmp_path / "net.toml").read_text()
+    network = Network.of({**table, "d": 10})
+    assert network.link > 1e6 and network.latency > 0 and network.slots == (1, 2)
