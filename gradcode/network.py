@@ -214,3 +214,15 @@ class Links:
 def bind(network: Network | None, n: int, d: int | None, time_scale: float) -> Links | None:
     """:meth:`Network.bind`, or None without a network."""
     return None if network is None else network.bind(n, d, time_scale)
+
+
+def describe_network(table) -> str:
+    """A report's sentence on the network a spec assumed (its ``[network]`` table, or None)."""
+    if not table:
+        return ("Network: none (no [network] table): a message costs its delay model's comm draw whatever its "
+                "size, an All-Reduce nothing more.")
+    net = Network.of(table)
+    slow = "".join(f", host {h} at {r * 8 / 1e6:g} Mbit/s" for h, r in sorted(net.links.items()))
+    slots = list(net.slots) if isinstance(net.slots, tuple) else f"{net.slots} a host"
+    return (f"Network: links of {net.link * 8 / 1e6:g} Mbit/s{slow}, latency {net.latency * 1e3:g} ms, ranks "
+            f"{slots} (the master first): plans, messages and All-Reduces cross them (docs/network.md).")

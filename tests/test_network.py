@@ -102,3 +102,28 @@ def test_cluster_measure_writes_a_network_table(tmp_path):
     assert out.stdout == (tmp_path / "net.toml").read_text()
     network = Network.of({**table, "d": 10})
     assert network.link > 1e6 and network.latency > 0 and network.slots == (1, 2)
+
+
+@pytest.mark.slow
+def test_regime_sweep_over_bytes_carries_the_network(tmp_path):
+    """examples/regimes_network.toml: 4 x 3 cells over [network] d and the added delay; a reduced sweep (two sizes,
+    sync, 3 iterations) passes the table to every run and its report states it."""
+    import copy
+    import csv
+    from pathlib import Path
+
+    from gradcode.study.sweep import expand, read_sweep
+    from gradcode.study.sweep_run import sweep
+
+    raw = read_sweep(Path(__file__).resolve().parents[1] / "examples" / "regimes_network.toml")
+    assert len(expand(raw).cells) == 12
+    small = copy.deepcopy(raw)
+    small["sweep"] = {"network.d": [1000, 1000000]}
+    small["schemes"] = small["schemes"][:1]
+    small["run"].update(iterations=3, seeds=[0])
+    sweep(small, tmp_path / "out", jobs=1, progress=False)
+    rows = {r["network.d"]: float(r["mean_iteration_time"])
+            for r in csv.DictReader(open(tmp_path / "out" / "sweep.csv"))}
+    # the plans alone: 6 of 8 MB (workers 2-7 are off the master's host) through its link at 1.25 MB a unit
+    assert rows["1000000"] > rows["1000"] + 6 * 6.4, rows
+    assert "Network: links of 1000 Mbit/s" in (tmp_path / "out" / "cells" / "000" / "report.md").read_text()
