@@ -1,9 +1,11 @@
 """Bytes in the model: what each message carries, the ``[network]`` table, and what links do to an iteration."""
 
+import json
+
 import numpy as np
 import pytest
 import tomllib
-from helpers import cli
+from helpers import cli, mpi_spec, run_mpi, simulate_spec
 
 from gradcode import simulate
 from gradcode.errors import ConfigError
@@ -127,3 +129,19 @@ def test_regime_sweep_over_bytes_carries_the_network(tmp_path):
     # the plans alone: 6 of 8 MB (workers 2-7 are off the master's host) through its link at 1.25 MB a unit
     assert rows["1000000"] > rows["1000"] + 6 * 6.4, rows
     assert "Network: links of 1000 Mbit/s" in (tmp_path / "out" / "cells" / "000" / "report.md").read_text()
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", [{"name": "sync"}, {"name": "dropcompute", "tau": 10.0, "M": 2, "warmup": 0}])
+def test_mpi_ideal_uses_the_network(scheme, tmp_path):
+    """The MPI runtime's ideal time is the simulator's with the same [network]: 50 ms latency a transfer (2.5 units)
+    shows in both, to rounding (constant delays: every iteration lasts the same on both clocks)."""
+    spec = mpi_spec(scheme, n=3, iterations=3, delay={"name": "constant", "value": 1.0, "comm": 0.0})
+    spec["network"] = {"link": 1e8, "latency": 0.05, "slots": 1}
+    proc, out = run_mpi(spec, tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ideal = json.loads((out / "summary.json").read_text())["ideal_total_time"]
+    simulated = simulate_spec(spec).summary["total_time"]
+    assert simulated > 3 * (1.0 + 2.5)      # the latency is in the model: at least one transfer an iteration
+    assert ideal == pytest.approx(simulated, rel=1e-6)
