@@ -73,7 +73,7 @@ def _float(low: float | None = None, *, low_open: bool = False):
 
 
 def _network(key: str, value):
-    """A ``[network]`` table as :class:`gradcode.clusters.network.Network` (its own checks and errors)."""
+    """A ``[network]`` table as :class:`gradcode.network.Network` (its own checks and errors)."""
     from .network import Network
 
     return Network.of(value)

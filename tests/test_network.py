@@ -11,7 +11,7 @@ from gradcode import simulate
 from gradcode.errors import ConfigError
 from gradcode.network import Network, parse_rate
 from gradcode.schemes import make_scheme
-from gradcode.spec import check_spec
+from gradcode.spec import load_spec
 
 
 @pytest.mark.parametrize("name, params, floats", [
@@ -39,10 +39,10 @@ def test_rates_and_table_errors():
                          ({"link": "1gbit", "d": 10, "slots": 2, "links": {5: "1gbit"}}, ["host(s) [5]", "0..2"]),
                          ({"link": "1gbit"}, ["d is needed", "timing-only"])]:
         with pytest.raises(ConfigError) as err:
-            check_spec({**base, "network": table})
+            load_spec({**base, "network": table})
         assert all(w in str(err.value) for w in words), err.value
     with pytest.raises(ConfigError, match="the workload's"):
-        check_spec({**base, "workload": {"name": "least_squares"}, "network": {"link": "1gbit", "d": 10}})
+        load_spec({**base, "workload": {"name": "least_squares"}, "network": {"link": "1gbit", "d": 10}})
 
 
 def test_links_queue_and_units():
