@@ -421,16 +421,22 @@ def _other_experiment(out: Path, exp: Experiment) -> str | None:
     path = out / "experiment.json"
     if not path.exists():
         return "run folders of an unknown experiment" if (out / "runs").is_dir() else None
+    return other_spec(path, exp.spec.raw, "{name!r}, whose spec differs")
+
+
+def other_spec(path: Path, raw: dict, differs: str) -> str | None:
+    """What the results file ``path`` (``experiment.json``, ``sweep.json``) was written for, if not the spec
+    ``raw``: ``differs`` (``{name}``: the name it gives) and the tables that differ; ``None`` for the same spec."""
     try:
         info = json.loads(path.read_text())
         old = info["spec"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"an unreadable {path.name}"
-    new = json.loads(json.dumps(exp.spec.raw, default=str))
+    new = json.loads(json.dumps(raw, default=str))
     if old == new:
         return None
     tables = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)] if isinstance(old, dict) else []
-    return f"{info.get('name', '?')!r}, whose spec differs" + (f" in {', '.join(tables)}" if tables else "")
+    return differs.format(name=info.get("name", "?")) + (f" in {', '.join(tables)}" if tables else "")
 
 
 def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,
