@@ -278,7 +278,8 @@ class Master(Driver):
             self.expected_free[:] = np.where(ideal.started, it.stamp + (ideal.free - start) * self.scale,
                                              self.expected_free)
         else:       # the workers sent this plan now; a busy one is given it when its late answer comes (_take)
-            self.expected_free[sent] = it.stamp + it.emulated[sent] * self.scale
+            busy = it.emulated[sent] if self.links is None else ideal.free[sent] - start    # links: plan and message
+            self.expected_free[sent] = it.stamp + busy * self.scale
         self.scheme.observe_chunks(it.t, compute / plan.chunk_counts)
         it.fallback = self.policy.fallback(ideal.received, plan)
         return ideal
