@@ -90,6 +90,12 @@ def _cluster_parser(sub) -> None:
         p.add_argument("--prefix", default="host", help="host names PREFIX0, PREFIX1, ... (default host)")
         p.add_argument("--dir", help="folder of hostfile, launcher, env.sh (default /run/gradcode-cluster/PREFIX)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARGS...]")
+    measure = clu_sub.add_parser("measure", help="measure the links from a hostfile's first host to the others "
+                                                 "(ping-pong, bulk transfer) and print their [network] table")
+    measure.add_argument("--hostfile", required=True, help="the hosts (MPICH host:slots or Open MPI slots=N lines)")
+    measure.add_argument("--bytes", type=int, default=1 << 24, help="bytes of the bulk transfer (default 16 MiB)")
+    measure.add_argument("--out", help="also write the table to this TOML file")
+    measure.add_argument("--mpiexec", help="the MPI launcher (default: the virtual environment's)")
 
 
 def _one_run(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -226,6 +232,10 @@ def _trace(args) -> int:
 def _cluster(args) -> int:
     from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, parse_limits
 
+    if args.cluster_command == "measure":
+        from mpi_runtime.linkprobe import measure_command
+
+        return measure_command(args.hostfile, args.bytes, args.out, args.mpiexec)
     if args.cluster_command in ("down", "status"):
         c = EmulatedCluster.from_folder(args.prefix, args.dir)
         if args.cluster_command == "down":
