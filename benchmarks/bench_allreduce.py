@@ -132,10 +132,8 @@ def main(argv=None) -> dict:
             EmulatedCluster(HOSTS, slots=SLOTS, prefix=args.prefix, folder=Path(tmp) / "cluster",
                             rate={h: args.rate for h in range(HOSTS)}) as cluster:
         out = Path(tmp) / "times.json"
-        where = (["--hostfile", str(cluster.hostfile_openmpi), "--bind-to", "none"] if flavor == "openmpi"
-                 else ["-f", str(cluster.hostfile)])
-        cmd = [exe, "-n", str(HOSTS * SLOTS), *where, sys.executable, __file__, "--dims", args.dims,
-               "--repeats", str(args.repeats), "--rank-job", str(out)]
+        cmd = [exe, "-n", str(HOSTS * SLOTS), *cluster.hosts_args(flavor), sys.executable, __file__,
+               "--dims", args.dims, "--repeats", str(args.repeats), "--rank-job", str(out)]
         before = cluster.link_bytes(1)[0]
         subprocess.run(cmd, env={**environment(flavor), **cluster.env()}, check=True, timeout=1800)
         received = cluster.link_bytes(1)[0] - before

@@ -18,7 +18,8 @@ Each step every rank contributes a row ``[kept, compute time, overrun, non-finit
 compute seconds, seconds to joining]`` to the same exchange (an All-Gather); the last two give the records'
 per-worker times.
 Rank 0 takes part with zero contribution and writes the records (``end`` is when its All-Reduce and All-Gather
-completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule). A worker whose
+completed; ``ideal_end = start + max_i(compute_i + comm_i)`` of the same schedule); its evaluation for the records
+is off the clock, and every rank begins the next step once it is done (:meth:`Decentralized.finished`). A worker whose
 gradient sum is not finite contributes nothing that step (an erasure, logged by rank 0). Floating-point note: MPI
 does not promise bit-identical All-Reduce results on every rank, so across hosts the models of different ranks may
 drift apart by round-off (on one node the shared-memory sum is the same everywhere); rank 0's is the one recorded.

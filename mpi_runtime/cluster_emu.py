@@ -158,6 +158,13 @@ class EmulatedCluster:
     def hostfile_for(self, flavor: str) -> Path:
         return self.hostfile_openmpi if flavor == "openmpi" else self.hostfile
 
+    def hosts_args(self, flavor: str, hostfile: Path | None = None) -> list[str]:
+        """The ``mpiexec`` options that place ranks on these hosts (``hostfile``: default :meth:`hostfile_for`):
+        MPICH's ``-f FILE``; Open MPI's ``--hostfile FILE --bind-to none`` (a host may have more slots than
+        cores)."""
+        hostfile = hostfile or self.hostfile_for(flavor)
+        return ["--hostfile", str(hostfile), "--bind-to", "none"] if flavor == "openmpi" else ["-f", str(hostfile)]
+
     @property
     def launcher(self) -> Path:
         return self.folder / "launcher"
@@ -351,15 +358,10 @@ def _proof_job(c: EmulatedCluster, nbytes: int) -> tuple[list[str], dict[str, st
         return f"not checked: {err}"
     flavor = mpi_flavor(exe)
     hosts = c.folder / "proof.hosts"
-    if flavor == "openmpi":
-        hosts.write_text(f"{c.names[0]} slots=1\n{c.names[1]} slots=1\n")
-        where = ["--hostfile", str(hosts), "--bind-to", "none"]
-    else:
-        hosts.write_text(f"{c.names[0]}:1\n{c.names[1]}:1\n")
-        where = ["-f", str(hosts)]
+    hosts.write_text("".join(f"{name} slots=1\n" if flavor == "openmpi" else f"{name}:1\n" for name in c.names[:2]))
     # up runs as root: Open MPI must be told that this is intended
     env = {**environment(flavor), **c.env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    return [exe, "-n", "2", *where, sys.executable, "-c", PROOF_SCRIPT, str(nbytes)], env
+    return [exe, "-n", "2", *c.hosts_args(flavor, hosts), sys.executable, "-c", PROOF_SCRIPT, str(nbytes)], env
 
 
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
