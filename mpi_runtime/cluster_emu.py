@@ -265,7 +265,12 @@ class EmulatedCluster:
             return job
         cmd, env = job
         before = self.link_bytes(1)[0]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PROOF_TIMEOUT)
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PROOF_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"the check of the hosts' links ({nbytes / 1e6:g} MB from {self.names[0]} to "
+                               f"{self.names[1]}) did not finish within {PROOF_TIMEOUT:g} s: is host 1's --rate "
+                               "that low, or does the MPI job hang?") from None
         received = self.link_bytes(1)[0] - before
         if proc.returncode != 0:
             raise ClusterError(f"the check of the hosts' links failed: `{shlex.join(cmd)}` exited "
