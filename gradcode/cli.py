@@ -264,6 +264,7 @@ def _cluster(args) -> int:
 def _cluster_text(c) -> str:
     lines = [f"{name}  {c.address(i)}" + (f"  link {c.rate[i]}" if i in c.rate else "")
              + (f"  cpu {c.cpu[i]:g} cores" if i in c.cpu else "") for i, name in enumerate(c.names)]
+    lines += [c.proof] if c.proof else []
     return "\n".join(lines + [f"hostfile {c.hostfile} ({c.slots} slots a host); to use it:",
                               f"  . {c.folder / 'env.sh'}",
                               f"  gradcode run SPEC --out DIR --hostfile {c.hostfile}",

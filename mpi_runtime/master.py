@@ -228,7 +228,7 @@ class Master(Driver):
             _log(f"iteration {it.t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
             return False
         it.received.append((i, res.chunks))
-        values = P.as_payload(payload, self.port.is_complex)     # float64, as it travelled
+        values = payload     # float64, as it travelled (a complex message as its float64 view: 2 values an entry)
         row = len(it.received) - 1
         if self.total is not None:
             a = self.scheme.arrival_weight(it.received, plan)

@@ -65,6 +65,7 @@ MASTER_SCHEMES = {
     "backup": {"name": "backup", "b": 1},
     "coded_exact": {"name": "coded", "code": "cyclic_repetition", "s": 1},
     "coded_approx": {"name": "coded", "code": "expander", "s": 1, "wait": 2, "method": "optimal"},
+    "coded_complex": {"name": "coded", "code": "cyclic_mds", "s": 2},    # n - s even: complex messages, 2d values
 }
 
 
