@@ -31,7 +31,8 @@ def check_die(key: str, value) -> tuple[tuple[int, int], ...]:
     items = value if isinstance(value, (list, tuple)) else [value]
     out = []
     for item in items:
-        item = dict(item) if isinstance(item, dict) else item
+        if isinstance(item, tuple) and len(item) == 2:     # already checked: (worker, at)
+            item = {"worker": item[0], "at": item[1]}
         if not isinstance(item, dict) or set(item) != {"worker", "at"}:
             raise ConfigError(f"{key} must be {{worker = i, at = t}} or a list of them, got {value!r}")
         out.append((check_int(f"{key} worker", item["worker"], low=0), check_int(f"{key} at", item["at"], low=0)))
@@ -44,6 +45,8 @@ def check_die(key: str, value) -> tuple[tuple[int, int], ...]:
 
 def check_die_random(key: str, value) -> tuple[int, int]:
     """``die_random`` as ``(count, seed)``: a table with the integer keys ``count`` (>= 1) and ``seed`` (>= 0)."""
+    if isinstance(value, tuple) and len(value) == 2:     # already checked: (count, seed)
+        value = {"count": value[0], "seed": value[1]}
     if not isinstance(value, dict) or set(value) != {"count", "seed"}:
         raise ConfigError(f"{key} must be {{count = m, seed = s}} (m workers die at random iterations, drawn with "
                           f"seed s), got {value!r}")

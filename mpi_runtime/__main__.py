@@ -154,11 +154,17 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _abort(world: MPI.Comm, code: int) -> None:
-    """``MPI_Abort(code)``, then end this process: MPICH's abort returns on the calling rank (measured with code 0),
-    and Python's exit would then call ``MPI_Finalize``, which fails with a traceback."""
+    """``MPI_Abort(code)``, then end this process. MPICH's abort returns on the calling rank (measured with code 0)
+    and the launcher kills every rank, this one too, a moment later (about a second: measured); until then this rank
+    waits, so that no other rank sees it gone first and reports a lost master, and Python's exit never calls
+    ``MPI_Finalize`` (which would fail with a traceback)."""
     world.Abort(code)
     sys.stderr.flush()
+    time.sleep(ABORT_WAIT)
     os._exit(code)
+
+
+ABORT_WAIT = 5.0     # seconds a rank that called MPI_Abort waits for the launcher to end it
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from gradcode.clusters.footprint import check_mpi_memory
 from gradcode.clusters.records import write_summary
+from gradcode.deaths import name_dead
 from gradcode.errors import ConfigError
 from gradcode.plumbing.children import NotStarted, run_child
 from gradcode.plumbing.outdir import FolderLock, writable_folder
@@ -205,6 +206,8 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     """Validate the spec and ``out`` (a :class:`ConfigError` before anything starts), then run the job, holding the
     lock on ``out`` (:class:`gradcode.plumbing.outdir.FolderLock`; ``mpiexec`` holds it too, and dies with this process:
     :mod:`gradcode.plumbing.children`); its exit code."""
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(f"--timeout {timeout:g}: must be a number of seconds > 0 (leave it out for no limit)")
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.options.iterations)      # the test hooks in the environment, before the job
@@ -242,6 +245,8 @@ def summary_lines(out: Path, code: int) -> list[str]:
     loss = s.get("final_loss")
     if isinstance(loss, (int, float)):
         lines.append(f"  final loss           {loss:.6g}")
+    for death in s.get("deaths") or []:
+        lines.append(f"  dead                 {name_dead(death['worker'], death['at'], death)}")
     if s.get("error"):
         lines.append(f"  error                {s['error']}")
     if code != 0:
@@ -298,7 +303,7 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
 
 def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
     """Say ``error`` and write the summary rank 0 could not: the error and the iterations recorded (whose records
-    stay)."""
+    stay). A summary rank 0 wrote is never replaced: ``error`` is added to it as ``launcher_error``."""
     try:
         with open(out / "records.jsonl") as fh:
             done = sum(1 for line in fh if line.strip())
@@ -307,7 +312,14 @@ def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
     error = f"{error}; {done} iterations recorded, kept in records.jsonl"
     echo(f"# {error}")
     try:
-        write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
+        written = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        written = None
+    try:
+        if isinstance(written, dict):      # rank 0's, complete: kept, the launcher's word added
+            write_summary(out, {**written, "launcher_error": error})
+        else:
+            write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
     except OSError as err:     # the folder gone or full: say so, and let the failure that brought us here stand
         echo(f"# could not write {out / 'summary.json'}: {err.strerror or err}")
 
