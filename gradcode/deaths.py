@@ -102,7 +102,16 @@ def name_dead(worker: int, at: int, note: dict[str, Any] | None = None) -> str:
 def unmet_text(scheme, t: int, dead: dict[int, int], notes: dict[int, dict[str, Any]] | None = None) -> str:
     """The error of a run whose stop rule can no longer hold: the iteration, the scheme, the dead (:func:`name_dead`
     with the cluster's ``notes``)."""
-    notes = notes or {}
-    who = "; ".join(name_dead(w, at, notes.get(w)) for w, at in sorted(dead.items()))
     return (f"iteration {t}: the stop rule of {scheme.name} can no longer hold with {scheme.n - len(dead)} of "
-            f"{scheme.n} workers alive; dead: {who}")
+            f"{scheme.n} workers alive; dead: {_names(dead, notes)}")
+
+
+def all_reduce_text(scheme, t: int, dead: dict[int, int]) -> str:
+    """The error of a decentralized run (an All-Reduce a step) that lost a worker."""
+    return (f"iteration {t}: the All-Reduce of {scheme.name} needs every worker; dead: {_names(dead)} (Open MPI with "
+            "ULFM could shrink its communicator and go on with the survivors; the MPI cluster ends here too)")
+
+
+def _names(dead: dict[int, int], notes: dict[int, dict[str, Any]] | None = None) -> str:
+    notes = notes or {}
+    return "; ".join(name_dead(w, at, notes.get(w)) for w, at in sorted(dead.items()))

@@ -72,3 +72,16 @@ def test_coded_schemes_survive_a_failed_worker(scheme, hook, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert [d["worker"] for d in summary["deaths"]] == [1] and "error" not in summary
     assert summary["unresponsive_ranks"] == []
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_an_all_reduce_ends_fast_naming_the_dead_rank(tmp_path):
+    """DropCompute cannot go on without a rank under MPICH: the run ends at once (well within grace), naming the
+    rank and saying what would go on (Open MPI with ULFM), with the steps before it recorded."""
+    spec = mpi_spec({"name": "dropcompute", "M": 2}, iterations=10, grace=30.0)
+    proc, out = run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "2:5:kill"}, timeout=25)
+    assert proc.returncode == 1, proc.stderr
+    assert len(read_whole_records(out)) == 5
+    error = json.loads((out / "summary.json").read_text())["error"]
+    assert error.startswith("rank 2 (worker 1) died: its process is gone") and "Open MPI with ULFM" in error

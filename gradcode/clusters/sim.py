@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..deaths import dead_field, planned_deaths, unmet_text
+from ..deaths import all_reduce_text, dead_field, planned_deaths
 from ..delays import make_delay
 from ..errors import ConfigError, check_float
 from ..schemes import Scheme
@@ -366,8 +366,7 @@ class SimulatedCluster(Driver):
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
         if self._deaths(t) is not None:
-            raise SimulationError(unmet_text(self.scheme, t, self.dead) + " (an All-Reduce needs every worker: "
-                                  "only an MPI that can shrink its communicator, Open MPI with ULFM, goes on)")
+            raise SimulationError(all_reduce_text(self.scheme, t, self.dead))
         start = self.clock
         micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan)
         end = self.clock = start + schedule.duration
