@@ -297,7 +297,8 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
         # launcher can see it
         _summary_from_outside(Path(out), cfg, f"the ranks did not all start within {startup_bound(cfg):g} s (2 x "
                               f"[run] startup_timeout + {STARTUP_SLACK:g} s): a rank hung in Python's start-up or in "
-                              "MPI_Init; the job was killed", echo)
+                              "MPI_Init, or was killed while it started (an out-of-memory kill: a line `gradcode: rank "
+                              "N ... ended on signal 9` above); the job was killed", echo)
         return 1
 
 
