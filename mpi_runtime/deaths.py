@@ -29,9 +29,10 @@ class Burials:
         self.master = master
         self.host = MPI.Get_processor_name()
 
-    def bury(self, t: int, plan, heard=()) -> None:
+    def bury(self, t: int, plan, received=()) -> None:
         """The workers found dead since the last look (in iteration ``t``) never get a plan again; a
-        :class:`RunFailure` if the stop rule can no longer hold without them (and with the messages ``heard``)."""
+        :class:`RunFailure` if the stop rule can no longer hold without them (and with the messages ``received``
+        already, ``(worker, chunks)`` pairs)."""
         master = self.master
         lost = master.peers.take_lost()
         for rank, why in lost.items():
@@ -42,5 +43,5 @@ class Burials:
             master.dead[i], master.dead_notes[i], master.busy[i] = t, note, -1
             print(f"mpi_runtime: master (rank 0): {name_dead(i, t, note)}; the run goes on without it while the "
                   "stop rule can hold", file=sys.stderr, flush=True)
-        if lost and (unmet := master.deaths_unmet(t, plan, heard)):
+        if lost and (unmet := master.deaths_unmet(t, plan, [i for i, _ in received])):
             raise RunFailure(unmet)

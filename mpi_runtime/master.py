@@ -204,7 +204,7 @@ class Master(Driver):
                 self.silent = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
                 raise RunFailure(self._unmet(it, f"no message for {self.options.grace:g} s ([run] grace)"))
             self.peers.check()      # a worker that failed or died: an erasure now, not a silence of grace seconds
-            self.burials.bury(it.t, plan, [i for i, _ in it.received])
+            self.burials.bury(it.t, plan, it.received)
             self.port.nap((plan.deadline - (self.now() - it.start)) * self.scale)
 
     def _take(self, it: _Iteration, plan, i: int, res: Result, held: bool) -> bool:

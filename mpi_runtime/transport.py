@@ -162,7 +162,7 @@ class MasterPort:
                 if not acked[i]:
                     self._post(i)       # it may have more in flight before its ACK
             time.sleep(P.POLL)
-        for i in np.flatnonzero(acked & ~np.isin(np.arange(self.n), list(self.dead))):
+        for i in (i for i in living if acked[i]):
             # every result sent before the ACK has been matched: a pending receive can only be cancelled
             P.cancel_receive(self.recv_reqs[i])
             P.wait_all([self.send_reqs[i], stops[i]], self.grace)   # both were received: already complete

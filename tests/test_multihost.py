@@ -290,6 +290,38 @@ def test_kill_9_of_a_remote_proxy_leaves_no_orphan(cluster, tmp_path):
             job.wait()
 
 
+def test_a_lost_link_is_a_straggler_and_the_run_ends(cluster, tmp_path):
+    """Host 2's link taken down mid-run under fastest_k (k = 2 of 4; host 2 holds worker 3 alone): the run goes on
+    without it, records every iteration, and `gradcode run` exits within its bound (it hung in MPI_Finalize before:
+    MPICH's MPI_Abort returns on rank 0); no process of the job is left on the hosts that kept their links."""
+    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=60, grace=2.0)
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(spec))
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "gradcode", "run", str(path), "--out", str(out), "--timeout", "90",
+            "--hostfile", _hostfile(cluster)] + (["--mpiexec", MPIEXEC] if MPIEXEC else [])
+    job = subprocess.Popen(args, env={**os.environ, **cluster.env()}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    veth = f"{cluster.prefix}2v"
+    try:
+        records = out / "records.jsonl"
+        limit = time.monotonic() + 60
+        while not (records.exists() and records.read_text().count("\n") >= 5) and time.monotonic() < limit:
+            time.sleep(0.1)
+        subprocess.run([IP, "link", "set", veth, "down"], check=True)
+        stdout, stderr = job.communicate(timeout=120)
+        summary = json.loads((out / "summary.json").read_text())
+        assert len(read_whole_records(out)) == 60, (job.returncode, summary, stderr[-3000:])
+        assert job.returncode == 0, (stdout[-3000:], stderr[-3000:])
+        left = [_cmdline(p) for n in cluster.names[:2] for p in _pids(n) if str(path) in _cmdline(p)]
+        assert left == [], left
+    finally:
+        subprocess.run([IP, "link", "set", veth, "up"], check=False)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+
+
 @needs_root
 def test_cluster_run_removes_the_hosts_on_sigterm(tmp_path):
     """`gradcode cluster run -- COMMAND` stopped by SIGTERM mid-command: the command ends and the hosts are gone."""
