@@ -35,7 +35,7 @@ from gradcode.plumbing.children import die_with_grandparent, die_with_parent
 from gradcode.spec import RunOptions
 
 from . import protocol as P
-from .config import STARTED, load_run
+from .config import FINISHED, STARTED, load_run
 from .faults import Faults, check_hooks
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure, precise_sleep
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mpi_runtime: {who([rank])} {what}: {err}{host}", file=sys.stderr, flush=True)
         if rank == 0:
             job.write_failure(str(err) if what == "error" else f"{what}: {err}")
+            print(FINISHED, flush=True)
         elif not isinstance(err, MasterLost):
             # rank 0 names this rank (and its host), and either goes on without it (a dead worker is an erasure to
             # a master/worker scheme: this rank ends alone, as if it had died) or writes its summary and aborts the
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
                 os._exit(code)
         time.sleep(0.3)    # let the launcher forward the message before MPI_Abort tears the job down
         _abort(world, code)
+    if rank == 0:
+        print(FINISHED, flush=True)
     if hung:
         # the run is complete and on disk; only MPI_Abort can end the hung (or dead) ranks
         _abort(world, 0)

@@ -49,11 +49,11 @@ from gradcode.clusters.footprint import check_mpi_memory
 from gradcode.clusters.records import write_summary
 from gradcode.deaths import name_dead
 from gradcode.errors import ConfigError
-from gradcode.plumbing.children import NotStarted, run_child
+from gradcode.plumbing.children import NotEnded, NotStarted, run_child
 from gradcode.plumbing.outdir import FolderLock, writable_folder
 from gradcode.plumbing.registry import pythonpath
 
-from .config import STARTED, load_run
+from .config import FINISHED, STARTED, load_run
 from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
@@ -270,7 +270,7 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
         for name in RUN_FILES:
             (Path(out) / name).unlink(missing_ok=True)
         code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
-                         started=(STARTED, startup_bound(cfg)))
+                         started=(STARTED, startup_bound(cfg)), finished=(FINISHED, END_BOUND))
         if not (Path(out) / "summary.json").is_file():
             # rank 0 writes a summary on every path it lives to see, failures included: this job was ended from
             # outside. Never exit 0 then: Open MPI's launcher, when it loses a host's daemon, ends the job and
@@ -292,6 +292,12 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     except subprocess.TimeoutExpired:
         _summary_from_outside(Path(out), cfg, f"the job did not finish within {timeout:g} s and was killed", echo)
         return 124
+    except NotEnded:
+        # rank 0 wrote its summary, then the job did not end: a rank or a launcher's proxy it cannot reach (a lost host
+        # or link) holds it. The run's outcome is rank 0's.
+        echo(f"# the job did not end within {END_BOUND:g} s of rank 0's summary (a lost host or link?): it was "
+             "stopped; the run's outcome is rank 0's")
+        return 1 if _summary_error(Path(out)) else 0
     except NotStarted:
         # every rank hung before its own bounded waits begin (inside MPI_Init or Python's start-up): only the
         # launcher can see it
@@ -341,6 +347,17 @@ def _signal_name(number: int) -> str:
 
 
 STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the Python interpreters
+# seconds a job has to end once rank 0 wrote its summary: its MPI_Abort's wait (__main__.ABORT_WAIT, 5 s) or the
+# ranks' MPI_Finalize and the rank shells' linger, with room for a loaded machine
+END_BOUND = 20.0
+
+
+def _summary_error(out: Path) -> bool:
+    """Does rank 0's summary hold an error (or is it unreadable)?"""
+    try:
+        return bool(json.loads((out / "summary.json").read_text()).get("error"))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def startup_bound(cfg) -> float:
