@@ -76,11 +76,13 @@ def test_dead_worker_is_named_and_summary_written(tmp_path, how):
 
 @pytest.mark.mpi
 def test_failed_worker_reason_reaches_the_summary(tmp_path):
+    """A worker that raises: the job ends, rank 0 names it and why, and keeps the records of the iterations before."""
     spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
     proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) crashed (InjectedCrash)" in proc.stderr
     assert summary["error"].startswith("rank 2 (worker 1) failed: crashed (InjectedCrash): injected crash")
+    assert 1 <= len(read_whole_records(tmp_path / "out")) <= 4     # iterations before the crash, flushed as they ended
 
 
 @pytest.mark.mpi
