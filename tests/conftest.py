@@ -28,7 +28,8 @@ if str(HERE) not in sys.path:      # `import helpers` under any import mode
 
 SERIAL = ("mpi", "multihost")
 # the test files whose MPI jobs are checked against the model's timing (agreement with the simulator)
-TIMED = {"test_mpi.py", "test_mpi_straggle.py", "test_anytime.py", "test_natural.py", "test_trace_export.py"}
+TIMED = {"test_mpi.py", "test_mpi_straggle.py", "test_anytime.py", "test_natural.py", "test_trace_export.py",
+         "test_harness.py"}   # (its MPI test is the README command: MPI against the simulator, within 2x)
 
 
 @pytest.hookimpl(trylast=True)     # after -m has deselected

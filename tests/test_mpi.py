@@ -60,9 +60,9 @@ def _dropcompute_gaps(spec: dict) -> float:
     return smallest
 
 
+# (backup with b backups is fastest_k with k = n - b to the cluster: the same stop rule, the same messages)
 MASTER_SCHEMES = {
     "fastest_k": {"name": "fastest_k", "k": 2},
-    "backup": {"name": "backup", "b": 1},
     "coded_exact": {"name": "coded", "code": "cyclic_repetition", "s": 1},
     "coded_approx": {"name": "coded", "code": "expander", "s": 1, "wait": 2, "method": "optimal"},
 }
@@ -401,9 +401,13 @@ PARTIAL = {
 }
 
 
-# on one node the model and the chunks go through shared memory (slots, rings); once with them in the messages
-PARTIAL_CASES = ([(name, late, "1") for name in PARTIAL for late in ("finish", "abandon")]
-                 + [("stream_s2_natural", "abandon", "0"), ("stream_s2_natural", "between_chunks", "1")])
+# every protocol under finish; s = 2 (every chunk from up to 3 workers) under each late-worker rule; on one node the
+# model and the chunks go through shared memory (slots, rings), once with them in the messages. (How a message is
+# cut, l, and the protocol are independent of the late-worker rule: abandon of an unchunked plan is
+# test_abandon_is_real_on_mpi's.)
+PARTIAL_CASES = ([(name, "finish", "1") for name in PARTIAL]
+                 + [("stream_s2_natural", late, "1") for late in ("abandon", "between_chunks")]
+                 + [("stream_s2_natural", "abandon", "0")])
 
 
 @pytest.mark.slow

@@ -31,11 +31,10 @@ DROP = {"name": "dropcompute", "M": 2, "micro_load": 1.0, "tau": 3.0, "warmup": 
 
 
 def _fault(spec: dict, tmp_path: Path, **env: str):
-    """Run with test hooks; (process, summary or None, seconds)."""
-    tick = time.monotonic()
+    """Run with test hooks; (process, summary or None)."""
     proc, out = run_mpi(spec, tmp_path, env_extra=env, timeout=TIMEOUT)
     summary = out / "summary.json"
-    return proc, json.loads(summary.read_text()) if summary.exists() else None, time.monotonic() - tick
+    return proc, json.loads(summary.read_text()) if summary.exists() else None
 
 
 # --- a rank that stops before the clock starts -------------------------------------------------------------
@@ -44,7 +43,7 @@ def _fault(spec: dict, tmp_path: Path, **env: str):
 def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
     spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=4, grace=1.0)
     spec["run"]["startup_timeout"] = 2.0
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:{stage}:hang")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:{stage}:hang")
     assert proc.returncode == 1, proc.stderr
     assert f"{what}: rank 2 (worker 1) did not arrive" in proc.stderr
     assert f"{what}: rank 2 (worker 1)" in summary["error"]
@@ -54,7 +53,7 @@ def test_worker_stuck_before_the_run_is_named(stage, what, tmp_path):
 def test_master_stuck_before_the_run_is_named(tmp_path):
     spec = mpi_spec({"name": "sync"}, n=2, iterations=4, grace=1.0)
     spec["run"]["startup_timeout"] = 2.0
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="0:warmup:hang")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="0:warmup:hang")
     assert proc.returncode == 1
     assert "warm-up: rank 0 (master) did not answer" in proc.stderr and "rank 0: its process is" in proc.stderr
 
@@ -65,7 +64,7 @@ def test_master_stuck_before_the_run_is_named(tmp_path):
 def test_dead_worker_is_named_and_summary_written(tmp_path, how):
     """A worker that ends without a word (a segfault, an OOM kill): the launcher no longer kills the job first."""
     spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:3:{how}")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:3:{how}")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) died" in proc.stderr and "BAD TERMINATION" not in proc.stdout + proc.stderr
     if how == "kill":   # the shell around the rank names it too, under any launcher
@@ -78,7 +77,7 @@ def test_dead_worker_is_named_and_summary_written(tmp_path, how):
 def test_failed_worker_reason_reaches_the_summary(tmp_path):
     """A worker that raises: the job ends, rank 0 names it and why, and keeps the records of the iterations before."""
     spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH="2:3")
     assert proc.returncode == 1
     assert "rank 2 (worker 1) crashed (InjectedCrash)" in proc.stderr
     assert summary["error"].startswith("rank 2 (worker 1) failed: crashed (InjectedCrash): injected crash")
@@ -86,11 +85,12 @@ def test_failed_worker_reason_reaches_the_summary(tmp_path):
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("how", ["", ":exit"])
+@pytest.mark.parametrize("how", ["", ":kill"])
 def test_master_crash(how, tmp_path):
-    """Crashing the master works: raised, it writes its summary; dead, the workers notice and name it."""
+    """Crashing the master works: raised, it writes its summary; dead (``kill -9``), the workers notice and name it.
+    (A worker's death is test_dead_worker_is_named_and_summary_written.)"""
     spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=10)
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"0:3{how}")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"0:3{how}")
     assert proc.returncode == 1
     if how:
         assert "error: rank 0 (master) died: its process is gone" in proc.stderr
@@ -104,7 +104,7 @@ def test_master_crash(how, tmp_path):
                                        (":exit", "rank 2 (worker 1) died")])
 def test_dropcompute_names_the_rank_that_stopped(how, said, tmp_path):
     spec = mpi_spec(dict(DROP), n=3, iterations=6, grace=1.0)
-    proc, summary, _ = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:2{how}")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_CRASH=f"2:2{how}")
     assert proc.returncode == 1
     assert said in proc.stderr and said in summary["error"]
     assert len(read_whole_records(tmp_path / "out")) == 2
@@ -113,50 +113,14 @@ def test_dropcompute_names_the_rank_that_stopped(how, said, tmp_path):
 @pytest.mark.mpi
 def test_nan_under_sync_names_the_erased_worker_at_once(tmp_path):
     spec = mpi_spec({"name": "sync"}, n=3, iterations=6, grace=10.0)
-    proc, summary, seconds = _fault(spec, tmp_path, GRADCODE_TEST_NAN="2:3")
+    proc, summary = _fault(spec, tmp_path, GRADCODE_TEST_NAN="2:3")
     assert proc.returncode == 1
     assert "erasures (non-finite messages, never combined) from workers [1] (ranks [2])" in summary["error"]
-    assert seconds < 10, "failed only after grace: nothing could arrive any more"
-
-
-def _rank_pid(spec_path: Path, rank: int) -> int | None:
-    """The pid of ``rank`` of the job started on ``spec_path`` (Linux /proc)."""
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes()
-            env = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        python = cmd.split(b"\0")[0] != b"sh"     # not the shell around the rank (launch.SURVIVE_DEATH)
-        if python and b"mpi_runtime" in cmd and str(spec_path).encode() in cmd and f"PMI_RANK={rank}".encode() in env:
-            return int(proc.name)
-    return None
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("rank, said", [(2, "rank 0 (master) error: rank 2 (worker 1) died"),
-                                        (0, "error: rank 0 (master) died")])
-def test_sigkill_of_a_rank_is_named(rank, said, tmp_path):
-    """``kill -9`` of a worker (rank 0 names it and writes its summary) or of the master (the workers name it)."""
-    spec = mpi_spec({"name": "fastest_k", "k": 2}, n=3, iterations=400)
-    path = tmp_path / "spec.toml"
-    path.write_text(tomli_w.dumps(spec))
-    cmd, env, _ = prepare(path, tmp_path / "out", 4)
-    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    try:
-        records = tmp_path / "out" / "records.jsonl"
-        limit = time.monotonic() + 20
-        while not (records.exists() and records.read_text().count("\n") >= 2) and time.monotonic() < limit:
-            time.sleep(0.05)
-        os.kill(_rank_pid(path, rank), signal.SIGKILL)
-        _, stderr = job.communicate(timeout=TIMEOUT)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert job.returncode == 1 and said in stderr, stderr
-    if rank:
-        assert "rank 2 (worker 1) died" in json.loads((tmp_path / "out" / "summary.json").read_text())["error"]
+    # from the last record (iteration 2's end) to the summary of the failure: iteration 3 and no wait for the grace
+    # of 10 s (the job's start-up, seconds on a loaded machine, is not part of it)
+    out = tmp_path / "out"
+    waited = (out / "summary.json").stat().st_mtime - (out / "records.jsonl").stat().st_mtime
+    assert waited < 5, f"failed {waited:.1f} s after the last record: after grace, though nothing could arrive"
 
 
 # --- hooks that could not fire, and launcher options --------------------------------------------------------
@@ -218,7 +182,7 @@ def test_zero_delay_has_no_ratio_and_no_overrun(scheme, value, tmp_path):
     reason), no overrun, messages and work counted, per-worker times consistent."""
 
     spec = mpi_spec(scheme, n=3, iterations=4, delay={"name": "constant", "value": value})
-    proc, summary, _ = _fault(spec, tmp_path)
+    proc, summary = _fault(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert summary["overhead_ratio"] is None and summary["median_overhead_ratio"] is None
     assert "ideal time of 0" in summary["overhead_ratio_note"]
