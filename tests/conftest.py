@@ -10,9 +10,10 @@ functions in ``helpers.py``: ``from helpers import cli``. The markers are regist
 ``make test`` runs the tests without ``mpi`` and ``multihost`` on two xdist workers, then those on two workers again
 (``--dist loadgroup``), in two groups that each run one job at a time: the jobs whose timing is checked against the
 model (:data:`TIMED`: MPI against the simulator, on one host) and all the others (faults, the command line, sweeps,
-the emulated hosts). Two jobs at once fit two cores: an emulated delay is a sleep, and a rank that wakes from one is
-scheduled at once, so what one job checks of its timing holds while the other job runs (its own start-up, its
-faults).
+the emulated hosts). Why two jobs at once can share two cores: most of a timed job is emulated delay, a sleep, and a
+rank waking from a sleep is scheduled ahead of processes that have been running, so its timing holds while the other
+job starts up or fails on purpose. A timed test is never paired with another timed one. ``make test
+MPI_TEST_JOBS=1`` runs every MPI test one after the other.
 """
 
 from __future__ import annotations
