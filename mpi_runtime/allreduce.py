@@ -134,7 +134,8 @@ class Decentralized(Driver):
         self.faults.maybe_crash(t)
         try:
             # the simulator's verdict, reached by every rank from the same draws: fail now rather than hang
-            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.cfg.options.seed, t, plan)
+            micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.cfg.options.seed, t, plan,
+                                                  self.links)
         except SimulationError as err:
             raise RunFailure(f"step {t}: {err} (infinite delay)") from None
         self.send[:] = 0.0
