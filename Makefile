@@ -31,14 +31,16 @@ demo: $(STAMP)
 	$(BIN)/gradcode compare --out results/default --replace
 
 # Every test, in two pytest runs (each ends with its own summary line): those that launch no MPI job on TEST_JOBS
-# xdist workers, then the MPI and multi-host ones serially (a job of 5-10 ranks already fills two cores, and its
-# timing checks hold only when nothing else competes). Both run even when the first fails; make fails if either did.
+# xdist workers, then the MPI and multi-host ones on MPI_TEST_JOBS, one job at a time in each of two groups
+# (tests/conftest.py: the jobs timed against the model, and the rest; MPI_TEST_JOBS=1 runs them all one after the
+# other). Both runs run even when the first fails; make fails if either did.
 TEST_JOBS ?= 2
+MPI_TEST_JOBS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
 	status=0; \
 	$(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist loadscope -m "not mpi and not multihost and not torch" || status=$$?; \
-	$(BIN)/python -m pytest -q -m "(mpi or multihost) and not torch" || status=$$?; \
+	$(BIN)/python -m pytest -q -n $(MPI_TEST_JOBS) --dist loadgroup -m "(mpi or multihost) and not torch" || status=$$?; \
 	exit $$status
 
 # A subset of the MPI tests under Open MPI, on one host and on three emulated hosts (CI: .ci/run). Open MPI

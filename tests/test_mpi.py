@@ -60,9 +60,9 @@ def _dropcompute_gaps(spec: dict) -> float:
     return smallest
 
 
+# (backup with b backups is fastest_k with k = n - b to the cluster: the same stop rule, the same messages)
 MASTER_SCHEMES = {
     "fastest_k": {"name": "fastest_k", "k": 2},
-    "backup": {"name": "backup", "b": 1},
     "coded_exact": {"name": "coded", "code": "cyclic_repetition", "s": 1},
     "coded_approx": {"name": "coded", "code": "expander", "s": 1, "wait": 2, "method": "optimal"},
     "coded_complex": {"name": "coded", "code": "cyclic_mds", "s": 2},    # n - s even: complex messages, 2d values
@@ -125,22 +125,6 @@ def _no_iteration_beats_its_ideal(records: list[dict]) -> None:
     slack = 1e-3 / MPI_SCALE
     for r in records:
         assert r["end"] >= r["ideal_end"] - slack, (r["iteration"], r["end"], r["ideal_end"])
-
-
-@pytest.mark.slow
-@pytest.mark.mpi
-def test_loss_evaluation_is_off_the_clock(tmp_path):
-    """A model big enough that evaluating the loss takes milliseconds: the records' clock does not count it."""
-    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=4)
-    spec["workload"] = {"name": "least_squares", "n_samples": 64, "dim": 100000, "seed": 1}
-    proc, out = run_mpi(spec, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    mpi = read_whole_records(out)
-    assert all(r["loss"] is not None for r in mpi)
-    evaluation = [r["evaluation_us"] * 1e-6 / MPI_SCALE for r in mpi]
-    gaps = [b["start"] - a["end"] for a, b in zip(mpi, mpi[1:], strict=False)]
-    assert min(evaluation) > 0
-    assert sum(gaps) < 0.5 * sum(evaluation[:-1]), (gaps, evaluation)
 
 
 @pytest.mark.mpi
@@ -275,15 +259,6 @@ def test_unresponsive_worker_sync_fails_with_reason(tmp_path):
     assert proc.returncode != 0
     assert "never answer" in proc.stderr and "[2]" in proc.stderr
     assert "error" in json.loads((out / "summary.json").read_text())
-
-
-@pytest.mark.mpi
-def test_crashed_worker_ends_job_with_records(tmp_path):
-    spec = mpi_spec({"name": "sync"}, iterations=10)     # needs every worker (test_mpi_deaths.py: those that do not)
-    proc, out = run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "2:3"}, timeout=60)
-    assert proc.returncode != 0
-    assert "rank 2 (worker 1) crashed" in proc.stderr
-    assert 1 <= len(read_whole_records(out)) <= 4     # iterations before the crash, flushed as they ended
 
 
 @pytest.mark.mpi
@@ -427,9 +402,13 @@ PARTIAL = {
 }
 
 
-# on one node the model and the chunks go through shared memory (slots, rings); once with them in the messages
-PARTIAL_CASES = ([(name, late, "1") for name in PARTIAL for late in ("finish", "abandon")]
-                 + [("stream_s2_natural", "abandon", "0"), ("stream_s2_natural", "between_chunks", "1")])
+# every protocol under finish; s = 2 (every chunk from up to 3 workers) under each late-worker rule; on one node the
+# model and the chunks go through shared memory (slots, rings), once with them in the messages. (How a message is
+# cut, l, and the protocol are independent of the late-worker rule: abandon of an unchunked plan is
+# test_abandon_is_real_on_mpi's.)
+PARTIAL_CASES = ([(name, "finish", "1") for name in PARTIAL]
+                 + [("stream_s2_natural", late, "1") for late in ("abandon", "between_chunks")]
+                 + [("stream_s2_natural", "abandon", "0")])
 
 
 @pytest.mark.slow
@@ -628,18 +607,37 @@ def test_doorbell_wakes_at_once_and_a_lost_ring_only_delays():
     assert not none.wait(5.0, poll=0.01) and time.perf_counter() - tick < 1.0    # it sleeps the poll, not the timeout
 
 
-@pytest.mark.slow
-@pytest.mark.mpi
-def test_streaming_overruns_are_flagged(tmp_path):
-    """partial_coded streams a message per chunk; with chunks emulated at 1.2 ms and a real gradient of 16 samples x
-    2e5 features (several ms), every worker's real work outlasts its emulated time: the overrun flag of its results
-    says so and the records count it."""
+# --- a model big enough that its real work takes milliseconds (one job, two tests) -----------------------------------
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory):
+    """partial_coded (a message per chunk) on 16 samples x 2e5 features a chunk: a real gradient of several ms against
+    chunks emulated at 1.2 ms, and a loss whose evaluation takes ms. (spec, records, summary)."""
     spec = mpi_spec({"name": "partial_coded", "s": 1}, iterations=4, delay={"name": "constant", "value": 0.06})
     spec["workload"] = {"name": "least_squares", "n_samples": 64, "dim": 200000, "seed": 1}
-    proc, out = run_mpi(spec, tmp_path)
+    proc, out = run_mpi(spec, tmp_path_factory.mktemp("big_model"))
     assert proc.returncode == 0, proc.stderr
-    records = read_whole_records(out)
-    summary = json.loads((out / "summary.json").read_text())
+    return spec, read_whole_records(out), json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_loss_evaluation_is_off_the_clock(big_model):
+    """Evaluating the loss takes milliseconds here: the records' clock does not count it (the next iteration starts
+    where the last ended)."""
+    _, mpi, _ = big_model
+    assert all(r["loss"] is not None for r in mpi)
+    evaluation = [r["evaluation_us"] * 1e-6 / MPI_SCALE for r in mpi]
+    gaps = [b["start"] - a["end"] for a, b in zip(mpi, mpi[1:], strict=False)]
+    assert min(evaluation) > 0
+    assert sum(gaps) < 0.5 * sum(evaluation[:-1]), (gaps, evaluation)
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_streaming_overruns_are_flagged(big_model):
+    """Every worker's real work outlasts its emulated time: the overrun flag of its results says so and the records
+    count it."""
+    _, records, summary = big_model
     assert summary["overruns"] == sum(len(r["overruns"]) for r in records) > 0
     assert all(0 <= i < 4 for r in records for i in r["overruns"])
 
