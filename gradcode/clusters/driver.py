@@ -269,6 +269,24 @@ class Driver:
                                  d=None if self.w is None else self.w.size)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
+    def conclude_update(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, worker: int,
+                        combined: Combined | None, truth: np.ndarray | None = None,
+                        **measured) -> dict[str, Any] | None:
+        """After an asynchronous update (:mod:`gradcode.clusters.asynchronous`), which applied ``worker``'s one
+        message: update, adapt, evaluate, and the record (one message, its load computed and used)."""
+        head = self._update_and_adapt(t, plan, start, end, combined, truth)
+        if head is None:
+            return None
+        loss, grad_error, metrics, state = head
+        load = float(plan.load[worker])
+
+        def fill() -> dict[str, Any]:
+            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.array([worker]),
+                                load=plan.load, messages=1, computed=load, wasted=0.0, combined=combined, loss=loss,
+                                grad_error=grad_error, measured={"used": load, **measured}, state=state,
+                                metrics=metrics)
+        return self.record_later({"end": end, "loss": loss, **metrics}, fill)
+
     def record_later(self, head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """The record of a master iteration: ``fill()``. ``head`` holds what the loop needs at once (:meth:`finished`:
         ``end``, ``loss``, the held-out metrics); a cluster whose next iteration waits for this (the MPI master, whose

@@ -301,6 +301,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "dropcompute": "gradcode.schemes.dropcompute:DropCompute",
     "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
     "anytime": "gradcode.schemes.anytime:Anytime",
+    "async_sgd": "gradcode.schemes.async_sgd:AsyncSGD",
 }, group="gradcode.schemes", positional=("n",))
 
 DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {

@@ -222,6 +222,9 @@ class Scheme:
     #: True if a worker may send several messages per plan (after chunks, :meth:`emits`), so that messages and
     #: workers differ. Its plans are ``chunked``.
     streams: ClassVar[bool] = False
+    #: True if every message is applied as it arrives, one update each, and only its worker gets the new model
+    #: (``async_sgd``): the cluster keeps each worker's gradient in flight (:mod:`gradcode.clusters.asynchronous`).
+    asynchronous: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)

@@ -1,0 +1,65 @@
+"""Asynchronous SGD (``async_sgd``): one update per gradient, its staleness, bounded staleness and the
+staleness-aware step, on the simulator and against it on MPI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gradcode import make_delay, make_scheme, make_workload, simulate
+from gradcode.errors import ConfigError
+
+PARETO = {"name": "pareto", "alpha": 2.0, "t_m": 1.0, "comm": 0.5}    # the default experiment's heavy tail
+
+
+def test_equal_workers_take_turns_with_staleness_n_minus_1():
+    """Constant delays: each worker's gradient arrives every ``T`` units, one update every ``T / n`` once all are
+    in flight, each ``n - 1`` updates stale (the first ``n`` on ``w_0``: staleness ``0..n-1``)."""
+    n, T = 4, 2.0
+    res = simulate(make_scheme("async_sgd", n=n), make_delay({"name": "constant", "value": T}), iterations=12)
+    staleness = [r["staleness"] for r in res.records]
+    assert staleness == [0, 1, 2, 3] + [n - 1] * 8
+    assert [r["worker"] for r in res.records] == [0, 1, 2, 3] * 3
+    assert np.allclose([r["end"] for r in res.records], np.repeat(T * np.arange(1, 4), n))
+    assert all(r["messages"] == 1 and r["computed"] == 1.0 and r["wasted"] == 0.0 for r in res.records)
+
+
+def test_task_j_of_worker_i_takes_the_draw_of_iteration_j():
+    """Common random numbers: a worker's ``j``-th gradient takes the delay model's draw of ``(seed, j, i)``."""
+    delay = make_delay(PARETO)
+    res = simulate(make_scheme("async_sgd", n=5), delay, iterations=40, seed=3)
+    for r in res.records:
+        i, j = r["worker"], r["task"]
+        compute, comm = delay.sample(3, j, 5, np.ones(5))
+        assert r["worker_arrived"] - r["worker_begin"] == pytest.approx(compute[0, i] + comm[0, i], rel=1e-12)
+        assert r["end"] == pytest.approx(max(r["start"], r["worker_arrived"]))
+
+
+def test_max_staleness_bounds_every_update_and_makes_workers_wait():
+    delay = make_delay(PARETO)
+    free = simulate(make_scheme("async_sgd", n=6), delay, iterations=300, seed=0)
+    bounded = simulate(make_scheme("async_sgd", n=6, max_staleness=6), delay, iterations=300, seed=0)
+    assert max(r["staleness"] for r in free.records) > 6        # heavy tail: unbounded staleness goes far
+    assert max(r["staleness"] for r in bounded.records) <= 6
+    assert bounded.records[-1]["end"] > free.records[-1]["end"]    # someone waited
+    with pytest.raises(ConfigError, match="max_staleness must be at least n - 1 = 5"):
+        make_scheme("async_sgd", n=6, max_staleness=4)
+    with pytest.raises(ConfigError, match="step must be one of constant, staleness"):
+        make_scheme("async_sgd", n=6, step="inverse")
+
+
+def test_staleness_step_divides_the_gradient_and_keeps_a_run_stable():
+    """``lr / staleness`` (Zhang et al. 2016): the step of a gradient ``tau`` updates stale is ``1 / tau`` of the
+    constant step's; on a heavy tail the constant step diverges where it converges."""
+    scheme = make_scheme("async_sgd", n=4, step="staleness")
+    plan = scheme.plan(5)
+    scheme.accept(2, 5)              # worker 2 computed on w_0: staleness 5
+    assert np.allclose(scheme.combine_sum(np.ones(3), 1, plan).gradient, 4 / 5)
+    delay = make_delay(PARETO)
+    workload = make_workload("least_squares", n_samples=2000, dim=20, noise=0.1, condition=10.0)
+    losses = {}
+    for step in ("constant", "staleness"):
+        res = simulate(make_scheme("async_sgd", n=8, batch=16, step=step), delay, workload, iterations=300, seed=0)
+        losses[step] = res.records[-1]["loss"]
+    assert not losses["constant"] < 1.0          # diverged (or nan)
+    assert losses["staleness"] < 1.5 * workload.optimal_loss
