@@ -15,9 +15,10 @@ PARETO = {"name": "pareto", "alpha": 2.0, "t_m": 1.0, "comm": 0.5}    # the defa
 
 def test_equal_workers_take_turns_with_staleness_n_minus_1():
     """Constant delays: each worker's gradient arrives every ``T`` units, one update every ``T / n`` once all are
-    in flight, each ``n - 1`` updates stale (the first ``n`` on ``w_0``: staleness ``0..n-1``)."""
+    in flight, each ``n - 1`` updates stale (the first ``n`` on ``w_0``: staleness ``0..n-1``). ``iterations``
+    counts rounds of ``n`` updates, the gradients of a synchronous iteration."""
     n, T = 4, 2.0
-    res = simulate(make_scheme("async_sgd", n=n), make_delay({"name": "constant", "value": T}), iterations=12)
+    res = simulate(make_scheme("async_sgd", n=n), make_delay({"name": "constant", "value": T}), iterations=3)
     staleness = [r["staleness"] for r in res.records]
     assert staleness == [0, 1, 2, 3] + [n - 1] * 8
     assert [r["worker"] for r in res.records] == [0, 1, 2, 3] * 3
@@ -28,7 +29,7 @@ def test_equal_workers_take_turns_with_staleness_n_minus_1():
 def test_task_j_of_worker_i_takes_the_draw_of_iteration_j():
     """Common random numbers: a worker's ``j``-th gradient takes the delay model's draw of ``(seed, j, i)``."""
     delay = make_delay(PARETO)
-    res = simulate(make_scheme("async_sgd", n=5), delay, iterations=40, seed=3)
+    res = simulate(make_scheme("async_sgd", n=5), delay, iterations=8, seed=3)
     for r in res.records:
         i, j = r["worker"], r["task"]
         compute, comm = delay.sample(3, j, 5, np.ones(5))
@@ -38,8 +39,8 @@ def test_task_j_of_worker_i_takes_the_draw_of_iteration_j():
 
 def test_max_staleness_bounds_every_update_and_makes_workers_wait():
     delay = make_delay(PARETO)
-    free = simulate(make_scheme("async_sgd", n=6), delay, iterations=300, seed=0)
-    bounded = simulate(make_scheme("async_sgd", n=6, max_staleness=6), delay, iterations=300, seed=0)
+    free = simulate(make_scheme("async_sgd", n=6), delay, iterations=50, seed=0)
+    bounded = simulate(make_scheme("async_sgd", n=6, max_staleness=6), delay, iterations=50, seed=0)
     assert max(r["staleness"] for r in free.records) > 6        # heavy tail: unbounded staleness goes far
     assert max(r["staleness"] for r in bounded.records) <= 6
     assert bounded.records[-1]["end"] > free.records[-1]["end"]    # someone waited
@@ -60,7 +61,7 @@ def test_staleness_step_divides_the_gradient_and_keeps_a_run_stable():
     workload = make_workload("least_squares", n_samples=2000, dim=20, noise=0.1, condition=10.0)
     losses = {}
     for step in ("constant", "staleness"):
-        res = simulate(make_scheme("async_sgd", n=8, batch=16, step=step), delay, workload, iterations=300, seed=0)
+        res = simulate(make_scheme("async_sgd", n=8, batch=16, step=step), delay, workload, iterations=40, seed=0)
         losses[step] = res.records[-1]["loss"]
     assert not losses["constant"] < 1.0          # diverged (or nan)
     assert losses["staleness"] < 1.5 * workload.optimal_loss
@@ -73,7 +74,7 @@ def test_async_on_mpi_agrees_with_the_simulator(tmp_path):
     comm 0.5), and so is the mean staleness; no update ends before its ideal. (Which worker comes first in a near
     tie may differ on the wall clock, so the order is not compared update by update.)"""
     n = 4
-    spec = mpi_spec({"name": "async_sgd", "batch": 8}, n=n, iterations=40, seed=0, delay=dict(PARETO))
+    spec = mpi_spec({"name": "async_sgd", "batch": 8}, n=n, iterations=10, seed=0, delay=dict(PARETO))
     proc, out = run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     mpi, sim = read_whole_records(out), simulate_spec(spec).records

@@ -199,7 +199,7 @@ class Driver:
     def __init__(self, scheme: Scheme, workload, options: RunOptions):
         self.scheme, self.workload, self.options = scheme, workload, options
         self.n = scheme.n
-        self.iterations, self.loss_every = options.iterations, options.loss_every
+        self.iterations, self.loss_every = options.iterations * scheme.updates_per_iteration, options.loss_every
         self.eval_every = options.loss_every if options.eval_every is None else options.eval_every
         self.target_loss, self.time_budget = options.target_loss, options.time_budget
         self.target_accuracy = options.target_accuracy

@@ -107,7 +107,7 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
     if options.target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
-    iterations, seed = options.iterations, options.seed
+    iterations, seed = options.iterations * scheme.updates_per_iteration, options.seed
     scheme.bind(delay=delay)
     scheme.reset()
     check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap

@@ -29,9 +29,9 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
   exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
-- ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
-  this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
-  cluster.
+- ``speedup_iteration`` = sync's mean iteration time / this one (an asynchronous scheme's: ``n`` updates, the
+  same ``n`` gradients), and ``speedup_target`` = sync's time to target / this one, against the ``sync`` run (the
+  scheme whose class is the ``baseline``) on the same delay model, seed and cluster.
 """
 
 from __future__ import annotations
@@ -250,14 +250,16 @@ def summary_rows(runs: list[RunData]) -> list[dict[str, Any]]:
     """All rows, with the speedups over the baseline (sync) run on the same delay model, seed and cluster."""
     rows = [run_row(r) for r in runs]
     base = {}
+    # an asynchronous scheme's record is one update, one gradient: n of them are sync's iteration of work
+    updates = [run.meta.get("workers") or 1 if scheme_class(run.meta).asynchronous else 1 for run in runs]
     for run, row in zip(runs, rows, strict=True):
         if scheme_class(run.meta).baseline:
             base.setdefault((row["delay"], row["seed"], row["cluster"]), row)
-    for row in rows:
+    for row, per_iteration in zip(rows, updates, strict=True):
         ref = base.get((row["delay"], row["seed"], row["cluster"]))
         if ref is None:
             continue
-        row["speedup_iteration"] = _ratio(ref["mean_iteration_time"], row["mean_iteration_time"])
+        row["speedup_iteration"] = _ratio(ref["mean_iteration_time"], row["mean_iteration_time"] * per_iteration)
         row["speedup_target"] = _ratio(ref["time_to_target"], row["time_to_target"])
     return rows
 

@@ -252,6 +252,13 @@ class Scheme:
         load ``s + 1``, adaptive_k_load's chosen batch), which is the method and not a setting."""
         return None
 
+    @property
+    def updates_per_iteration(self) -> int:
+        """Updates (records) a run makes per ``[run] iterations``: 1, except an asynchronous scheme's ``n``, whose
+        update applies one worker's gradient, so that ``iterations`` means the same work (``n`` gradients) for every
+        scheme and a comparison gives each the same samples."""
+        return self.n if self.asynchronous else 1
+
     def bind(self, *, delay=None) -> None:
         """Give the scheme what it may need from the cluster (the delay model, for schemes that plan with it)."""
 
