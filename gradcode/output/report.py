@@ -29,9 +29,10 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   DropCompute's All-Reduce counted as one d-vector per worker);
 - ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
   exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
-- ``speedup_iteration`` = sync's mean iteration time / this one (an asynchronous scheme's: ``n`` updates, the
-  same ``n`` gradients), and ``speedup_target`` = sync's time to target / this one, against the ``sync`` run (the
-  scheme whose class is the ``baseline``) on the same delay model, seed and cluster.
+- ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
+  this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
+  cluster. An asynchronous scheme's iteration times are of rounds of ``n`` updates (:func:`round_times`): ``n``
+  gradients, the work of a synchronous iteration.
 """
 
 from __future__ import annotations
@@ -216,6 +217,8 @@ def run_row(run: RunData) -> dict[str, Any]:
     """One summary row from a run's records (see the module docstring for the fields)."""
     meta, recs = run.meta, run.records
     s = summarize(recs, target_loss=meta.get("target_loss"), target_accuracy=meta.get("target_accuracy"))
+    if scheme_class(meta).asynchronous:
+        s.update(round_times(recs, meta.get("workers") or 1))
     per_unit, floats = meta.get("samples_per_unit"), meta.get("message_floats")
     ideal = s["ideal_total_time"]
     return {
@@ -240,6 +243,19 @@ def run_row(run: RunData) -> dict[str, Any]:
     }
 
 
+def round_times(records: list[dict[str, Any]], n: int) -> dict[str, float]:
+    """An asynchronous scheme's iteration times: of each round of ``n`` updates (``n`` gradients, the work of a
+    synchronous iteration), from the first update's start to the last one's end; a last partial round is left out
+    unless it is the only one."""
+    ends = np.array([r["end"] for r in records])
+    starts = np.array([r["start"] for r in records])
+    full = max(len(records) // n, 1)
+    last = np.minimum(np.arange(1, full + 1) * n, len(records)) - 1
+    rounds = ends[last] - starts[np.arange(full) * n]
+    return {"mean_iteration_time": float(rounds.mean()), "p50_iteration_time": float(np.percentile(rounds, 50)),
+            "p95_iteration_time": float(np.percentile(rounds, 95))}
+
+
 def scheme_class(meta: dict[str, Any]) -> type:
     """The class of a run's scheme, whose attributes say how to report it (``baseline``, ``adapts``,
     ``timeline_rank``); the base class if it cannot be imported here (a user's module that is not on the path)."""
@@ -250,16 +266,14 @@ def summary_rows(runs: list[RunData]) -> list[dict[str, Any]]:
     """All rows, with the speedups over the baseline (sync) run on the same delay model, seed and cluster."""
     rows = [run_row(r) for r in runs]
     base = {}
-    # an asynchronous scheme's record is one update, one gradient: n of them are sync's iteration of work
-    updates = [run.meta.get("workers") or 1 if scheme_class(run.meta).asynchronous else 1 for run in runs]
     for run, row in zip(runs, rows, strict=True):
         if scheme_class(run.meta).baseline:
             base.setdefault((row["delay"], row["seed"], row["cluster"]), row)
-    for row, per_iteration in zip(rows, updates, strict=True):
+    for row in rows:
         ref = base.get((row["delay"], row["seed"], row["cluster"]))
         if ref is None:
             continue
-        row["speedup_iteration"] = _ratio(ref["mean_iteration_time"], row["mean_iteration_time"] * per_iteration)
+        row["speedup_iteration"] = _ratio(ref["mean_iteration_time"], row["mean_iteration_time"])
         row["speedup_target"] = _ratio(ref["time_to_target"], row["time_to_target"])
     return rows
 
