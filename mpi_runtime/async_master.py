@@ -14,8 +14,8 @@ At the clock start every worker gets task 0 on the initial model. Update ``u``:
 **Times.** As in ``master.py``: ``start`` when the update begins waiting, ``end`` when the gradient is applied, in
 model units, evaluations off the clock. ``ideal_end``: the simulator's update (:func:`next_update`) on the same
 draws from when each worker really got its task (the wall time its plan was stamped, on this update's model clock:
-workers compute on while the master evaluates), so each update is charged its own overhead only. A worker whose
-gradient is not finite (an erasure) is logged and handed the current model without an update.
+workers compute on while the master evaluates), so each update is charged its own overhead only. A non-finite
+gradient ends the run with the reason (every gradient is applied: none can be dropped as an erasure).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gradcode.clusters.driver import SimulationError
 from gradcode.schemes._base import Received
 
 from . import protocol as P
-from .master import Master, _log
+from .master import Master
 from .protocol import RunFailure
 
 
@@ -44,7 +44,6 @@ class AsyncMaster(Master):
         self.gradients: dict[int, np.ndarray] = {}
         self.waited = np.full(self.n, np.nan)
         self.sent_at = np.zeros(self.n)     # wall time (time.time) at which each worker's task was stamped
-        self.erasures = 0
 
     def gather(self, t: int, plan) -> dict[str, Any]:
         self.faults.maybe_crash(t)
@@ -108,24 +107,19 @@ class AsyncMaster(Master):
             self.port.nap(np.inf)
 
     def _take(self, t: int, plan, i: int, res) -> None:
-        """Worker ``i``'s result: its task's gradient, copied out (an erasure: logged, and the worker handed the
-        current model)."""
+        """Worker ``i``'s result: its task's gradient, copied out. A non-finite one ends the run with the reason:
+        every gradient is applied, so none may be dropped, and handing the worker the model again would retry for
+        ever if the model itself has diverged."""
         if res.t != self.busy[i] or res.kind == P.MESSAGE:   # a guard on the protocol: one message per task
             raise RunFailure(f"update {t}: worker {i} (rank {i + 1}) answered task {res.t} with kind {res.kind}, "
                              f"expected the last message of task {self.busy[i]}")
         payload = self.port.payload(i, res)
-        finite = payload is not None and P.finite(payload)
-        if finite:
-            self.gradients[i] = np.array(P.as_payload(payload, self.port.is_complex))
-            self.waited[i] = res.emulated / self.scale     # the delay it waited out: its task's draw
+        if payload is None or not P.finite(payload):
+            raise RunFailure(f"update {t}: worker {i} (rank {i + 1}) sent a non-finite gradient of task {res.t}; "
+                             f"{self.scheme.name} applies every gradient, so the run stops (a diverged model: give "
+                             "a smaller [run] lr, or step = \"staleness\")")
+        self.gradients[i] = np.array(P.as_payload(payload, self.port.is_complex))
+        self.waited[i] = res.emulated / self.scale     # the delay it waited out: its task's draw
         self.port.done(i, res)
         self.busy[i] = -1
-        if finite:
-            self.arrived.append(i)
-        else:
-            self.erasures += 1
-            _log(f"update {t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
-            self._hand_out(plan, [i], t)
-
-    def summary_extras(self) -> dict[str, Any]:
-        return {**super().summary_extras(), "erasures": self.erasures}
+        self.arrived.append(i)
