@@ -138,7 +138,7 @@ def report(rows: list[dict], seeds, budget: float) -> str:
                  [[r["cluster"], r["n"], r["scheme"], fmt(r["time_to_target"]), f"{r['reached']}/{r['seeds']}",
                    fmt(r["test_loss"]), fmt(r["test_accuracy"]), fmt(r["mean_staleness"]), fmt(r["max_staleness"]),
                    fmt(r["updates"])] for r in rows])
-    return (f"# Sync, backup workers and async SGD (mlp on digits, Pareto alpha 2 delays)\n\n"
+    return ("# Sync, backup workers and async SGD (mlp on digits, Pareto alpha 2 delays)\n\n"
             f"Budget {budget:g} model units per run, seeds {list(seeds)} (medians; MPI: seed {seeds[0]}).\n\n{body}\n")
 
 

@@ -43,6 +43,7 @@ class AsyncMaster(Master):
         self.arrived: list[int] = []              # workers whose gradient is in hand, in arrival order
         self.gradients: dict[int, np.ndarray] = {}
         self.waited = np.full(self.n, np.nan)
+        self.overran = np.zeros(self.n, dtype=bool)
         self.sent_at = np.zeros(self.n)     # wall time (time.time) at which each worker's task was stamped
 
     def gather(self, t: int, plan) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class AsyncMaster(Master):
         self._hand_out(plan, [i], t + 1)
         master_s = time.perf_counter() - tick - self.evaluation_s
         rec.update(master_us=master_s * 1e6, evaluation_us=self.evaluation_s * 1e6, stale=0, erasures=[],
-                   overruns=[])
+                   overruns=[i] if self.overran[i] else [])
         return rec
 
     def _hand_out(self, plan, workers, version: int) -> None:
@@ -120,6 +121,7 @@ class AsyncMaster(Master):
                              "a smaller [run] lr, or step = \"staleness\")")
         self.gradients[i] = np.array(P.as_payload(payload, self.port.is_complex))
         self.waited[i] = res.emulated / self.scale     # the delay it waited out: its task's draw
+        self.overran[i] = res.overrun                   # its real compute outlasted that delay
         self.port.done(i, res)
         self.busy[i] = -1
         self.arrived.append(i)
