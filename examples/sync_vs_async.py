@@ -9,11 +9,13 @@ Setup. The mlp (one hidden layer of 32) on the digits, held-out accuracy and los
 worker computes mini-batches of 16 samples (one load unit); heavy-tailed delays (Pareto, alpha 2, t_m 1: mean 2
 units, infinite variance; 0.5 units of communication per message); ``n`` = 8, 16, 32 workers on the simulator and
 ``n`` = 8 on MPI (same draws). Schemes: sync; backup with ``b = n/16`` and ``n/8`` (at least 1); async_sgd with the
-workload's step (lr 0.5) and with the staleness-aware step ``lr / staleness`` (Zhang et al., IJCAI 2016). Every run
-gets the same virtual time budget and the same step; held-out metrics are evaluated once per ``n`` gradients for
-every scheme (an async round of ``n`` updates, a sync iteration). Time to the held-out accuracy TARGET (median over
-seeds; "-" where not every seed reached it), held-out loss at the end of the budget, and the staleness of the
-asynchronous updates (updates since the model the gradient was computed on: mean and max).
+workload's step (lr 0.5), with the staleness-aware step ``lr / staleness`` (Zhang et al., IJCAI 2016), and, as a
+control, with a constant step as small as that one typically is (``lr / (n - 1)``, ``n - 1`` the mean staleness).
+Every run gets the same virtual time budget and, but for that control, the same step; held-out metrics are
+evaluated once per ``n`` gradients for every scheme (an async round of ``n`` updates, a sync iteration). Time to
+the held-out accuracy TARGET (median over seeds; "-" where not every seed reached it), held-out loss at the end of
+the budget, and the staleness of the asynchronous updates (updates since the model the gradient was computed on:
+mean and max).
 Run: ``python examples/sync_vs_async.py [--quick] [--out DIR] [--no-mpi]``; docs/benchmarks.md has the results.
 """
 
@@ -35,6 +37,7 @@ WORKLOAD = {"name": "mlp", "hidden": [32], "seed": 0}
 BATCH = 16
 TARGET = 0.93          # held-out accuracy
 BUDGET = 400.0         # virtual time units per run
+LR = 0.5               # the mlp's own step
 
 
 def schemes(n: int) -> dict[str, dict]:
@@ -44,6 +47,8 @@ def schemes(n: int) -> dict[str, dict]:
         out[f"backup b={b}"] = {"name": "backup", "b": b}
     out["async"] = {"name": "async_sgd"}
     out["async lr/staleness"] = {"name": "async_sgd", "step": "staleness"}
+    # the control: a constant step as small as the staleness step's typical one (mean staleness n - 1)
+    out["async lr/(n-1)"] = {"name": "async_sgd", "lr": LR / (n - 1)}
     return out
 
 
@@ -59,10 +64,12 @@ def metrics(records: list[dict]) -> dict:
 
 
 def run_sim(n: int, spec: dict, seed: int, budget: float) -> dict:
+    spec = dict(spec)
+    lr = spec.pop("lr", LR)
     scheme = make_scheme(spec, n=n, batch=BATCH)
     rounds = scheme.updates_per_iteration      # evaluate once per n gradients, whatever the scheme
     res = simulate(scheme, make_delay(DELAY), make_workload(**WORKLOAD), iterations=100_000, seed=seed,
-                   time_budget=budget, loss_every=rounds, eval_every=rounds)
+                   time_budget=budget, loss_every=rounds, eval_every=rounds, lr=lr)
     return metrics(res.records)
 
 
@@ -73,10 +80,12 @@ def run_mpi(n: int, spec: dict, seed: int, budget: float, out: Path) -> dict:
     from gradcode.output.report import read_records
     from mpi_runtime.launch import launch
 
+    spec = dict(spec)
+    lr = spec.pop("lr", LR)
     rounds = n if spec["name"] == "async_sgd" else 1
     run = {"cluster": {"workers": n}, "workload": dict(WORKLOAD), "delay": dict(DELAY),
            "scheme": {**spec, "batch": BATCH},
-           "run": {"iterations": 100_000, "seed": seed, "time_budget": budget, "time_scale": 0.02,
+           "run": {"iterations": 100_000, "seed": seed, "time_budget": budget, "time_scale": 0.02, "lr": lr,
                    "loss_every": rounds, "eval_every": rounds, "grace": 10.0}}
     out.mkdir(parents=True, exist_ok=True)
     (out / "spec.toml").write_text(tomli_w.dumps(run))
@@ -108,25 +117,35 @@ def summarize_runs(cluster: str, n: int, label: str, runs: list[dict]) -> dict:
             "updates": med("updates"), "curve": runs[0]["curve"]}
 
 
+def color(label: str, backups: list[str]) -> str:
+    """One colour per scheme across the panels (the backups by their rank: b = n/16, then n/8)."""
+    if label.startswith("backup"):
+        return f"C{1 + backups.index(label)}"
+    return {"sync": "C0", "async": "C3", "async lr/staleness": "C4"}.get(label, "C5")
+
+
 def figure(rows: list[dict], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     ns = sorted({r["n"] for r in rows if r["cluster"] == "sim"})
     fig, axes = plt.subplots(1, len(ns) + 1, figsize=(4.2 * (len(ns) + 1), 3.6))
     for ax, n in zip(axes, ns, strict=False):
-        for r in rows:
-            if r["cluster"] == "sim" and r["n"] == n and r["curve"]:
-                t, acc = zip(*r["curve"], strict=True)
-                ax.plot(t, acc, label=r["scheme"])
+        sel = [r for r in rows if r["cluster"] == "sim" and r["n"] == n and r["curve"]]
+        backups = [r["scheme"] for r in sel if r["scheme"].startswith("backup")]
+        for r in sel:
+            t, acc = zip(*r["curve"], strict=True)
+            ax.plot(t, acc, label=r["scheme"], color=color(r["scheme"], backups), lw=1)
         ax.axhline(TARGET, color="grey", ls=":")
-        ax.set(title=f"n = {n} (first seed)", xlabel="time (model units)", ylabel="held-out accuracy", ylim=(0.5, 1))
+        ax.set(title=f"n = {n} (first seed; plain async is below 0.5)", xlabel="time (model units)",
+               ylabel="held-out accuracy", ylim=(0.5, 1))
         ax.legend(fontsize=7)
-    ax = axes[-1]
-    for label in ("async", "async lr/staleness"):
-        sel = [r for r in rows if r["cluster"] == "sim" and r["scheme"] == label]
-        ax.plot([r["n"] for r in sel], [r["mean_staleness"] for r in sel], "o-", label=f"{label}: mean")
-        ax.plot([r["n"] for r in sel], [r["max_staleness"] for r in sel], "s--", label=f"{label}: max")
-    ax.set(title="staleness against n", xlabel="workers n", ylabel="updates", xscale="log", yscale="log")
+    ax = axes[-1]     # every async variant sees the same draws, so the same staleness
+    sel = [r for r in rows if r["cluster"] == "sim" and r["scheme"] == "async"]
+    ax.plot([r["n"] for r in sel], [r["mean_staleness"] for r in sel], "o-", label="mean")
+    ax.plot([r["n"] for r in sel], [r["max_staleness"] for r in sel], "s--", label="max")
+    ax.plot([r["n"] for r in sel], [r["n"] - 1 for r in sel], ":", color="grey", label="n - 1")
+    ax.set(title="async staleness against n (median of seeds)", xlabel="workers n", ylabel="updates",
+           xscale="log", yscale="log")
     ax.legend(fontsize=7)
     return save_figure(fig, out, NAME)
 
@@ -149,9 +168,11 @@ def main(argv=None) -> list[dict]:
     rows = compare(ns, seeds, budget)
     if not args.quick and not no_mpi:
         for label, spec in schemes(8).items():
-            slug = label.replace(" ", "_").replace("/", "_").replace("=", "")
+            slug = "".join(c if c.isalnum() else "_" for c in label)
             rows.append(summarize_runs("mpi", 8, label, [run_mpi(8, spec, seeds[0], budget,
                                                                  Path(args.out) / "mpi" / slug)]))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / f"{NAME}.json").write_text(json.dumps(rows))
     figure(rows, Path(args.out))
     write_report(args.out, NAME, report(rows, seeds, budget))
     return rows
