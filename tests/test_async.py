@@ -88,3 +88,14 @@ def test_async_on_mpi_agrees_with_the_simulator(tmp_path):
     staleness = [np.mean([r["staleness"] for r in recs]) for recs in (mpi, sim)]
     assert staleness[0] == pytest.approx(staleness[1], rel=0.10)
     assert all(np.isfinite(r["loss"]) for r in mpi if r["loss"] is not None)
+
+
+def test_report_times_async_by_rounds_of_n_updates():
+    """The report's iteration time of an asynchronous scheme is that of ``n`` updates (sync's work per iteration):
+    under constant delays ``T``, one round of 4 updates lasts ``T`` once all workers are in flight."""
+    from gradcode.output.report import round_times
+
+    res = simulate(make_scheme("async_sgd", n=4), make_delay({"name": "constant", "value": 2.0}), iterations=5)
+    times = round_times(res.records, 4)
+    assert times["mean_iteration_time"] == pytest.approx(2.0)     # rounds 0..4: T each (the first from 0 to T)
+    assert times["p95_iteration_time"] == pytest.approx(2.0)
