@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clusters.records import summarize
+from ..clusters.records import iteration_durations, summarize
 from ..errors import ConfigError
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
@@ -245,13 +245,8 @@ def run_row(run: RunData) -> dict[str, Any]:
 
 def round_times(records: list[dict[str, Any]], n: int) -> dict[str, float]:
     """An asynchronous scheme's iteration times: of each round of ``n`` updates (``n`` gradients, the work of a
-    synchronous iteration), from the first update's start to the last one's end; a last partial round is left out
-    unless it is the only one."""
-    ends = np.array([r["end"] for r in records])
-    starts = np.array([r["start"] for r in records])
-    full = max(len(records) // n, 1)
-    last = np.minimum(np.arange(1, full + 1) * n, len(records)) - 1
-    rounds = ends[last] - starts[np.arange(full) * n]
+    synchronous iteration; :func:`gradcode.clusters.records.iteration_durations`)."""
+    rounds = iteration_durations(records, n)
     return {"mean_iteration_time": float(rounds.mean()), "p50_iteration_time": float(np.percentile(rounds, 50)),
             "p95_iteration_time": float(np.percentile(rounds, 95))}
 
