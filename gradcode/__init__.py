@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import ConfigError, DecodeFallbackWarning, GradcodeError, IllConditionedError, NotDecodableError
+from .errors import ConfigError as ConfigError
+from .errors import DecodeFallbackWarning as DecodeFallbackWarning
+from .errors import GradcodeError as GradcodeError
+from .errors import IllConditionedError as IllConditionedError
+from .errors import NotDecodableError as NotDecodableError
 from .plumbing import VERSION
 
 __version__ = VERSION
@@ -51,28 +55,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gradcode' has no attribute {name!r}")
 
 
-__all__ = [
-    "Code",
-    "ConfigError",
-    "DecodeFallbackWarning",
-    "DelayModel",
-    "GradcodeError",
-    "IllConditionedError",
-    "NotDecodableError",
-    "RunOptions",
-    "Scheme",
-    "SimResult",
-    "SimulationError",
-    "Workload",
-    "code_class",
-    "describe",
-    "list_codes",
-    "list_delays",
-    "list_schemes",
-    "list_workloads",
-    "make_code",
-    "make_delay",
-    "make_scheme",
-    "make_workload",
-    "simulate",
-]
+# the errors imported above, and what _LAZY names
+__all__ = sorted([*_LAZY, "ConfigError", "DecodeFallbackWarning", "GradcodeError", "IllConditionedError",
+                  "NotDecodableError"])

@@ -1,15 +1,17 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
+``advise``, ``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
 from .errors import GradcodeError
+from .study.advise_cli import add_parser as advise_parser
 
 # Only the standard library and gradcode.errors at import: numpy, scipy and the registry load inside main(), where
 # a Ctrl-C is one line and exit code 130, not a KeyboardInterrupt traceback out of an import.
@@ -25,11 +27,7 @@ def _parser() -> argparse.ArgumentParser:
                                            "delay model or workload")
     desc.add_argument("name", help="a registered name, a plugin's name or 'package.module:ClassName'")
     desc.add_argument("--kind", choices=list(_kinds()), help="only this kind (a name may be both a code and a scheme)")
-    sim = sub.add_parser("simulate", help="run one scheme of a spec on the simulated cluster")
-    sim.add_argument("spec", help="experiment spec (TOML)")
-    sim.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
-    sim.add_argument("--iterations", type=int, help="override [run] iterations")
-    sim.add_argument("--seed", type=int, help="override [run] seed")
+    sim = _one_run(sub.add_parser("simulate", help="run one scheme of a spec on the simulated cluster"))
     sim.add_argument("--workers", type=int, help="override [cluster] workers")
     sim.add_argument("--scheme", type=int, default=0, help="which [[schemes]] entry to run (default 0)")
     cmp_ = sub.add_parser("compare", help="run every scheme of a spec under the same delays; results, report, plots")
@@ -41,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
                            "there (without it, that is an error: a folder holds one experiment)")
+    advise_parser(sub)
     swp = sub.add_parser("sweep", help="run a spec's [sweep] grid: one comparison per cell, in parallel; sweep.csv, "
                                        "report.md and the regime map")
     swp.add_argument("spec", help="experiment spec (TOML) with a [sweep] table")
@@ -53,11 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     swp.add_argument("--cell-figures", action="store_true", help="also draw every cell's comparison figures (slow)")
     swp.add_argument("--replace", action="store_true",
                      help="--out holds another sweep (a different spec): delete its results and run this one there")
-    run = sub.add_parser("run", help="run one scheme of a spec on an MPI cluster (builds and runs mpiexec)")
-    run.add_argument("spec", help="experiment spec (TOML)")
-    run.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
-    run.add_argument("--iterations", type=int, help="override [run] iterations")
-    run.add_argument("--seed", type=int, help="override [run] seed")
+    run = _one_run(sub.add_parser("run", help="run one scheme of a spec on an MPI cluster (builds and runs mpiexec)"))
     run.add_argument("--scheme", type=int, default=0, help="which [[schemes]] entry to run (default 0)")
     run.add_argument("--hostfile", help="MPI hostfile, for several hosts")
     run.add_argument("--mpiexec", help="the MPI launcher (default: the virtual environment's, $MPIEXEC, PATH)")
@@ -95,6 +90,21 @@ def _cluster_parser(sub) -> None:
         p.add_argument("--prefix", default="host", help="host names PREFIX0, PREFIX1, ... (default host)")
         p.add_argument("--dir", help="folder of hostfile, launcher, env.sh (default /run/gradcode-cluster/PREFIX)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARGS...]")
+    measure = clu_sub.add_parser("measure", help="measure the links from a hostfile's first host to the others "
+                                                 "(ping-pong, bulk transfer) and print their [network] table")
+    measure.add_argument("--hostfile", required=True, help="the hosts (MPICH host:slots or Open MPI slots=N lines)")
+    measure.add_argument("--bytes", type=int, default=1 << 24, help="bytes of the bulk transfer (default 16 MiB)")
+    measure.add_argument("--out", help="also write the table to this TOML file")
+    measure.add_argument("--mpiexec", help="the MPI launcher (default: the virtual environment's)")
+
+
+def _one_run(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of the commands that run one scheme of a spec (``simulate``, ``run``)."""
+    parser.add_argument("spec", help="experiment spec (TOML)")
+    parser.add_argument("--out", required=True, help="output folder for records.jsonl and summary.json")
+    parser.add_argument("--iterations", type=int, help="override [run] iterations")
+    parser.add_argument("--seed", type=int, help="override [run] seed")
+    return parser
 
 
 def _run_overrides(parser: argparse.ArgumentParser) -> None:
@@ -176,9 +186,8 @@ def _simulate(args) -> int:
         raise ConfigError(f"[run] seeds = {spec.run['seeds']!r}: `gradcode simulate` runs one seed; give --seed "
                           "(one of them), or run them all with `gradcode compare`")
     if not 0 <= args.scheme < len(spec.schemes):
-        raise_index = f"--scheme {args.scheme}: the spec has {len(spec.schemes)} scheme(s), 0..{len(spec.schemes) - 1}"
-        print(f"gradcode simulate: error: {raise_index}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--scheme {args.scheme}: the spec has {len(spec.schemes)} scheme(s), "
+                          f"0..{len(spec.schemes) - 1}")
     schemes, delay, workload = build(spec, scheme_index=args.scheme)
     check_simulable(delay)     # natural timing is MPI-only: refused before the output folder is made
     out = writable_folder(args.out)     # checked before the simulation, not after it
@@ -210,18 +219,6 @@ def _print_summary(summary: dict) -> None:
         print(f"\nwarning: {summary['divergence_note']}", file=sys.stderr)
 
 
-def _compare(args) -> int:
-    from .study.harness import compare_main
-
-    return compare_main(args)
-
-
-def _sweep(args) -> int:
-    from .study.sweep_run import sweep_main
-
-    return sweep_main(args)
-
-
 def _trace(args) -> int:
     from .study.capture import export_trace
 
@@ -235,6 +232,10 @@ def _trace(args) -> int:
 def _cluster(args) -> int:
     from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, parse_limits
 
+    if args.cluster_command == "measure":
+        from mpi_runtime.linkprobe import measure_command
+
+        return measure_command(args.hostfile, args.bytes, args.out, args.mpiexec)
     if args.cluster_command in ("down", "status"):
         c = EmulatedCluster.from_folder(args.prefix, args.dir)
         if args.cluster_command == "down":
@@ -263,17 +264,22 @@ def _cluster(args) -> int:
 def _cluster_text(c) -> str:
     lines = [f"{name}  {c.address(i)}" + (f"  link {c.rate[i]}" if i in c.rate else "")
              + (f"  cpu {c.cpu[i]:g} cores" if i in c.cpu else "") for i, name in enumerate(c.names)]
+    lines += [c.proof] if c.proof else []
     return "\n".join(lines + [f"hostfile {c.hostfile} ({c.slots} slots a host); to use it:",
                               f"  . {c.folder / 'env.sh'}",
                               f"  gradcode run SPEC --out DIR --hostfile {c.hostfile}",
                               f"  gradcode cluster down --prefix {c.prefix}"])
 
 
-def _report(args) -> int:
-    from .output.report import report_main
-
-    return report_main(args)
+def _imported(path: str):
+    """The command ``module:function`` of gradcode, imported when it runs (see the note on imports above)."""
+    def command(args) -> int:
+        module, _, name = path.partition(":")
+        return getattr(importlib.import_module(module, __package__), name)(args)
+    return command
 
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
-             "compare": _compare, "sweep": _sweep, "trace": _trace, "report": _report, "cluster": _cluster}
+             "compare": _imported(".study.harness:compare_main"), "sweep": _imported(".study.sweep_run:sweep_main"),
+             "trace": _trace, "report": _imported(".output.report:report_main"), "cluster": _cluster,
+             "advise": _imported(".study.advise:advise_main")}

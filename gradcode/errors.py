@@ -56,7 +56,7 @@ def check_int(name: str, value, *, low: int | None = None, high: int | None = No
     One rule for numbers everywhere (:func:`check_float` too): a number must be given as a number. A string
     (``"3"``), a bool (``true`` is not 1) or a float (``2.0``) is refused, never converted.
     """
-    if not _is_number(value) or not (isinstance(value, int) or _is_integral(value)):
+    if not _is_int(value):
         raise ConfigError(f"{name} must be an integer, got {value!r}")
     value = int(value)
     if low is not None and value < low:
@@ -145,21 +145,13 @@ def check_numeric(name: str, values):
     return arr
 
 
+# numpy registers its scalar types with the ``numbers`` ABCs (``np.bool_`` is not registered; Python's bool is, and
+# is refused: ``true`` is not 1)
 def _is_int(value) -> bool:
-    return not isinstance(value, bool) and (isinstance(value, int) or _is_integral(value))
-
-
-def _is_integral(value) -> bool:
-    # numpy integers are not Python ints but are fine.
-    try:
-        import numpy as np
-
-        return isinstance(value, np.integer)
-    except ImportError:  # pragma: no cover
-        return False
+    """An integer given as one: Python's or numpy's, not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_number(value) -> bool:
     """A real number given as one: Python's or numpy's ints and floats, not a string, not a bool."""
-    # numpy registers its scalar types with the ``numbers`` ABCs; ``np.bool_`` is not registered, Python's bool is
     return isinstance(value, numbers.Real) and not isinstance(value, bool)

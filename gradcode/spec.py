@@ -46,13 +46,15 @@ from typing import Any
 
 from .errors import ConfigError, check_float, check_int
 from .optim import OPTIMIZERS
+from .plumbing.params import accepted_params
+from .plumbing.registry import SCHEMES, WORKLOADS, add_user_dirs
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
+TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment", "network")
 
 # what a worker still busy with an older plan does when a newer one is issued (gradcode.clusters.sim says how)
 LATE_WORKERS = ("finish", "abandon", "between_chunks")
@@ -70,6 +72,13 @@ def _int(low: int):
 
 def _float(low: float | None = None, *, low_open: bool = False):
     return lambda key, value: check_float(key, value, low=low, low_open=low_open)
+
+
+def _network(key: str, value):
+    """A ``[network]`` table as :class:`gradcode.network.Network` (its own checks and errors)."""
+    from .network import Network
+
+    return Network.of(value)
 
 
 def _one_of(accepted: tuple[str, ...]):
@@ -118,6 +127,8 @@ class RunOptions:
                                            "before naming a rank", _float(0.0, low_open=True))
     inject: str = _option("wait", "MPI: 'wait' (default: wait out the emulated delay from the iteration's start) "
                                   "or 'add' (sleep it after the real compute)", _one_of(("wait", "add")))
+    network: Any = _option(None, "the [network] table: links, latency, hosts (default: none, no bytes)", _network,
+                           table="network")
 
     def __post_init__(self):
         for f in fields(self):
@@ -145,7 +156,7 @@ class RunOptions:
         values = {}
         for f in fields(cls):
             table = f.metadata["table"]
-            given = cluster if table == "cluster" else run
+            given = {"cluster": cluster, "run": run}.get(table, {})
             if f.name in given:   # checked here to name the table (the constructor's check then passes it as is)
                 try:
                     values[f.name] = f.metadata["check"](f.name, given[f.name])
@@ -190,8 +201,6 @@ def load_spec_built(source: str | Path | dict, overrides: dict[str, Any] | None 
     """:func:`load_spec`, and the workload that checking the spec built (None without ``[workload]``): a caller that
     runs the spec once passes it to :func:`build` instead of building it again (an MPI rank: a large workload
     takes seconds). It is fresh: checking reads it but does not use it."""
-    from .plumbing.registry import add_user_dirs
-
     if isinstance(source, dict):
         raw = drop_none(source)
         add_user_dirs(Path.cwd())   # user modules named by import path
@@ -258,13 +267,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
 
-def check_spec(raw: dict[str, Any]) -> Spec:
-    """The :class:`Spec` of a spec's tables, every table checked (every object is built once)."""
-    return _check_spec(raw)[0]
-
-
 def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
-    """``(spec, workload)``: :func:`check_spec` and the workload it built."""
+    """``(spec, workload)``: the :class:`Spec` of a spec's tables, every table checked (every object is built
+    once), and the workload it built."""
     if "sweep" in raw:
         raise ConfigError("spec: a [sweep] table makes this spec a grid of comparisons: run it with "
                           "`gradcode sweep SPEC --out DIR` (or remove [sweep] to run one comparison)")
@@ -287,26 +292,19 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
     options = RunOptions.from_spec(run, cluster)
+    if "network" in raw:
+        options = replace(options, network=raw["network"])
     _check_seeds(run)
-    if "scheme" in raw and "schemes" in raw:
-        raise ConfigError("spec: give either [scheme] or [[schemes]], not both")
-    if "scheme" in raw:
-        schemes = [dict(_table(raw, "scheme"))]
-    elif "schemes" in raw:
-        if (not isinstance(raw["schemes"], list) or not raw["schemes"]
-                or not all(isinstance(s, dict) for s in raw["schemes"])):
-            raise ConfigError("[[schemes]] must be a non-empty array of tables, each with name = a scheme; got "
-                              f"{raw['schemes']!r}")
-        schemes = [dict(s) for s in raw["schemes"]]
-    else:
-        raise ConfigError("spec: no scheme; add a [scheme] table (or [[schemes]]) with name = one of "
-                          + ", ".join(_scheme_names()))
-    delays = _delays(raw)
+    schemes = _entries(raw, "scheme", "a scheme", lambda: "spec: no scheme; add a [scheme] table (or [[schemes]]) "
+                       "with name = one of " + ", ".join(SCHEMES.names()))
+    delays = _entries(raw, "delay", "a delay model", lambda: "spec: no [delay] table; add one (or [[delays]] tables) "
+                      "with name = a delay model")
     spec = Spec(workers=cluster["workers"], workload=dict(raw["workload"]) if "workload" in raw else None,
                 delay=_unlabelled(delays[0]), schemes=schemes, run=run, cluster=cluster, raw=raw, delays=delays,
                 options=options)
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
     _check_against_workload(options, workload)
+    _check_network(options, spec.workers, workload)
     _check_other_delays(spec)
     return spec, workload
 
@@ -322,18 +320,31 @@ def _check_against_workload(options: RunOptions, workload) -> None:
                           "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
 
 
-def _delays(raw: dict) -> list[dict]:
-    """The delay tables: ``[delay]`` alone, or a non-empty ``[[delays]]`` array (a sweep)."""
-    if "delay" in raw and "delays" in raw:
-        raise ConfigError("spec: give either [delay] or [[delays]], not both")
-    if "delays" in raw:
-        if not isinstance(raw["delays"], list) or not raw["delays"] or not all(
-                isinstance(d, dict) for d in raw["delays"]):
-            raise ConfigError("[[delays]] must be a non-empty array of tables, each with name = a delay model")
-        return [dict(d) for d in raw["delays"]]
-    if "delay" not in raw:
-        raise ConfigError("spec: no [delay] table; add one (or [[delays]] tables) with name = a delay model")
-    return [dict(_table(raw, "delay"))]
+def _check_network(options: RunOptions, workers: int, workload) -> None:
+    """A ``[network]`` that fits the run: its hosts hold every rank, its ``d`` only where there is no workload."""
+    network = options.network
+    if network is None:
+        return
+    if network.d is not None and workload is not None:
+        raise ConfigError(f"[network] d = {network.d}: the model's size is the workload's ({workload.dim} floats); "
+                          "leave d out, it is for timing-only runs")
+    network.bind(workers, None if workload is None else workload.dim, options.time_scale)
+
+
+def _entries(raw: dict, one: str, what: str, missing: Callable[[], str]) -> list[dict]:
+    """The tables of ``[one]`` alone, or of a non-empty ``[[ones]]`` array (several schemes or delay models)."""
+    many = one + "s"
+    if one in raw and many in raw:
+        raise ConfigError(f"spec: give either [{one}] or [[{many}]], not both")
+    if many in raw:
+        tables = raw[many]
+        if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError(f"[[{many}]] must be a non-empty array of tables, each with name = {what}; got "
+                              f"{tables!r}")
+        return [dict(t) for t in tables]
+    if one not in raw:
+        raise ConfigError(missing())
+    return [dict(_table(raw, one))]
 
 
 def _unlabelled(table: dict) -> dict:
@@ -361,12 +372,6 @@ def _check_seeds(run: dict) -> None:
     if "seed" in run:   # one of them would be ignored
         raise ConfigError("[run] give either seed (one run) or seeds (a comparison over several), not both; "
                           f"got seed = {run['seed']!r} and seeds = {seeds!r}")
-
-
-def _scheme_names() -> list[str]:
-    from .schemes import list_schemes
-
-    return list(list_schemes())
 
 
 def _table(raw: dict, name: str) -> dict:
@@ -399,7 +404,6 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
     picks one of several ``[[delays]]`` (default the first, ``spec.delay``). ``workload``: one already built from
     ``spec.workload`` and not used yet (:func:`load_spec_built`), returned instead of a new one."""
     from .delays import make_delay
-    from .plumbing.registry import SCHEMES
     from .schemes import make_scheme
     from .workloads import make_workload
 
@@ -421,7 +425,9 @@ def build(spec: Spec, *, scheme_index: int | None = None, delay_index: int = 0, 
             continue
         name, params = _named(table, f"[scheme {idx}]")
         try:
-            if batch is not None and _takes_run_batch(SCHEMES.get(name)):
+            # every `batch` parameter is the mini-batch size per partition (a scheme without one ignores [run]
+            # batch; adaptive_k_load's largest per-worker batch is `max_batch`)
+            if batch is not None and "batch" in accepted_params(SCHEMES.get(name)):
                 params.setdefault("batch", batch)
             schemes.append(make_scheme(name, n=n, **params))
         except ConfigError as err:
@@ -435,12 +441,10 @@ _SHARED: dict[str, Any] = {}    # the last workload built from a spec table (see
 def _shared_workload(table: dict[str, Any], make_workload):
     """``make_workload(table)``, kept for the next build of the same table in this process when it is one of
     gradcode's own workloads generated from its parameters (no ``data`` file, which may change on disk): checking
-    a spec, each run of a comparison and each sweep cell built it again, 2-3 times per run (issue 30: 480
-    least-squares optima, 14 s of a 40 s sweep of 24 cells). gradcode only reads a workload (a run copies
-    ``init_params``; partition bounds are a cache), and a forked pool worker inherits the one the sweep built
-    while checking its cells. One table is kept, so at most one workload outlives its runs."""
-    from .plumbing.registry import WORKLOADS
-
+    a spec, each run of a comparison and each sweep cell would build it again, 2-3 times per run. gradcode only
+    reads a workload (a run copies ``init_params``; partition bounds are a cache), and a forked pool worker
+    inherits the one the sweep built while checking its cells. One table is kept, so at most one workload outlives
+    its runs."""
     name = table.get("name")
     try:
         key = json.dumps(table, sort_keys=True)
@@ -455,10 +459,3 @@ def _shared_workload(table: dict[str, Any], make_workload):
         _SHARED[key] = built
     return _SHARED[key]
 
-
-def _takes_run_batch(cls) -> bool:
-    """Does the scheme take ``[run] batch``? Every ``batch`` parameter is the mini-batch size per partition (a scheme
-    without one ignores it; adaptive_k_load's largest per-worker batch is ``max_batch``)."""
-    from .plumbing.params import accepted_params
-
-    return "batch" in accepted_params(cls)

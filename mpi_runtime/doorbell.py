@@ -78,19 +78,14 @@ class NoDoorbell:
 NO_DOORBELL = NoDoorbell()
 
 
-def open_doorbell(job: str, rank: int, size: int) -> Doorbell | NoDoorbell:
-    """A :class:`Doorbell`, or :data:`NO_DOORBELL` where Linux's abstract socket namespace is not available."""
-    if not sys.platform.startswith("linux"):
-        return NO_DOORBELL
-    try:
-        return Doorbell(job, rank, size)
-    except OSError:
-        return NO_DOORBELL
-
-
 def job_doorbell(what: str, rank: int, size: int, local_pids: dict[int, int]) -> Doorbell | NoDoorbell:
     """This rank's doorbell in the job whose rank 0 has the pid ``local_pids[0]`` (a name unique on the host while
     the job runs; every rank on rank 0's host knows it after the first checkpoint, :class:`~mpi_runtime.peers.Peers`);
-    :data:`NO_DOORBELL` if rank 0 is not on this host."""
+    :data:`NO_DOORBELL` if rank 0 is not on this host, or where Linux's abstract socket namespace is not available."""
     pid = os.getpid() if rank == 0 else local_pids.get(0)
-    return NO_DOORBELL if pid is None else open_doorbell(f"{what}-{pid}", rank, size)
+    if pid is None or not sys.platform.startswith("linux"):
+        return NO_DOORBELL
+    try:
+        return Doorbell(f"{what}-{pid}", rank, size)
+    except OSError:
+        return NO_DOORBELL

@@ -228,7 +228,7 @@ class Master(Driver):
             _log(f"iteration {it.t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
             return False
         it.received.append((i, res.chunks))
-        values = P.as_payload(payload, self.port.is_complex)     # float64, as it travelled
+        values = payload     # float64, as it travelled (a complex message as its float64 view: 2 values an entry)
         row = len(it.received) - 1
         if self.total is not None:
             a = self.scheme.arrival_weight(it.received, plan)
@@ -271,14 +271,15 @@ class Master(Driver):
         start = it.start
         begin = begins(plan, it.late, start, free)
         try:
-            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late)
+            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late, self.links)
         except SimulationError as err:
             raise RunFailure(f"iteration {it.t}: {err}") from None
         if self.port.streaming:     # a worker takes a newer plan where the simulator says it is free
             self.expected_free[:] = np.where(ideal.started, it.stamp + (ideal.free - start) * self.scale,
                                              self.expected_free)
         else:       # the workers sent this plan now; a busy one is given it when its late answer comes (_take)
-            self.expected_free[sent] = it.stamp + it.emulated[sent] * self.scale
+            busy = it.emulated[sent] if self.links is None else ideal.free[sent] - start    # links: plan and message
+            self.expected_free[sent] = it.stamp + busy * self.scale
         self.scheme.observe_chunks(it.t, compute / plan.chunk_counts)
         it.fallback = self.policy.fallback(ideal.received, plan)
         return ideal

@@ -20,12 +20,10 @@ LAUNCH = "mpiexec -n N python -m mpi4py.futures -m gradcode sweep SPEC --out DIR
 
 
 def check_pool() -> None:
-    """A :class:`ConfigError` unless this process is rank 0 of an MPI job of two ranks or more (the pool's workers
-    being the others, as ``python -m mpi4py.futures`` makes them) and mpi4py is installed.
-
-    Only public mpi4py is read: a process that is alone in its world (not under ``mpiexec``) has no pool to use and
-    would make one by ``MPI_Comm_spawn``, which a singleton MPICH process cannot do; a rank other than 0 running the
-    sweep means the job was not started through ``mpi4py.futures`` (every rank would run its own sweep)."""
+    """A :class:`ConfigError` unless mpi4py is installed and this process is rank 0 of an MPI job of two ranks or
+    more (the pool's workers being the others, as ``python -m mpi4py.futures`` makes them): a rank other than 0
+    running the sweep means the job was not started through ``mpi4py.futures`` (every rank would run its own
+    sweep)."""
     try:
         from mpi4py import MPI
     except ImportError as err:
@@ -41,9 +39,7 @@ def check_pool() -> None:
 
 
 def mpi_pool(workers: int):
-    """The ``MPIPoolExecutor`` of the job's ranks (``workers`` is ignored: the job's size decides);
-    see :func:`check_pool`."""
-    check_pool()
+    """The ``MPIPoolExecutor`` of the job's ranks (at most ``workers``; :func:`check_pool` first)."""
     from mpi4py.futures import MPIPoolExecutor
 
     return MPIPoolExecutor(max_workers=workers)

@@ -196,8 +196,8 @@ def message_layout(scheme, d: int) -> tuple[int, bool]:
 
 
 def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:
-    """The float64 view of a message, as it travels."""
-    if is_complex:
+    """The float64 view of a message, as it travels (a float64 payload of a complex code already is: as received)."""
+    if is_complex and np.iscomplexobj(message):
         return np.ascontiguousarray(message, dtype=np.complex128).view(np.float64)
     return np.ascontiguousarray(message, dtype=np.float64)
 

@@ -52,14 +52,16 @@ def test_target_loss_without_a_workload_fails_when_the_spec_is_loaded():
 
 def test_every_option_is_a_spec_key_and_reaches_the_object():
     names = {f.name for f in dataclasses.fields(RunOptions)}
-    assert names == (set(RUN_KEYS) - {"seeds"}) | {"late_workers"}
+    assert names == (set(RUN_KEYS) - {"seeds"}) | {"late_workers", "network"}    # network: the [network] table
     assert "late_workers" in CLUSTER_KEYS and "late_workers" not in RUN_KEYS
     given = {"iterations": 7, "seed": 3, "lr": 0.05, "target_loss": 0.01, "time_budget": 50.0, "loss_every": 2,
              "optimizer": "momentum", "momentum": 0.5, "batch": 4, "time_scale": 0.02, "grace": 3.0,
              "startup_timeout": 30.0, "inject": "add"}
     options = load_spec(spec(given, {"late_workers": "abandon"})).options
     assert dataclasses.asdict(options) == {**dataclasses.asdict(RunOptions()), **given, "late_workers": "abandon"}
-    assert given.keys() | {"late_workers", "eval_every", "target_accuracy"} == names   # all but the held-out two
+    assert given.keys() | {"late_workers", "eval_every", "target_accuracy", "network"} == names   # all but these
+    raw = {**spec(), "network": {"link": "1gbit", "slots": 3}}
+    assert load_spec(raw).options.network.link == 1.25e8
 
 
 def test_command_line_overrides_are_checked_with_the_spec():

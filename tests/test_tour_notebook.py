@@ -4,6 +4,7 @@ as shipped and with a student's changes, and the committed copy holds its output
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -51,17 +52,32 @@ def test_the_notebook_runs_in_under_a_minute(tmp_path):
     assert re.search(r"residual = \d\.\de-1[4-6]", text)                         # the exact decode, to rounding
     assert "worker 4 holds partitions (0, 4, 5)" in text                         # code.support(i)
     assert _images(nb) == 4                                      # B, the costs, the timelines, the comparison
-    assert (tmp_path / "results" / "tour" / "report.html").is_file()
+    report = Path(re.search(r"open (\S+report\.html) in a browser", text).group(1))
+    assert report.is_file() and report.parent.name.startswith("gradcode-tour-")   # a folder of its own (OUT = None)
+    shutil.rmtree(report.parent)
+    assert not any(tmp_path.iterdir())                           # nothing written where the notebook runs
+    assert text.count("first to the target:") == 2               # the reading, once for each delay model
+    _check_verdicts(text)
 
 
 def test_a_student_changes_n_s_and_the_stragglers(tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    _set(nb, N=5, S=1, STRAGGLERS=[3])
+    _set(nb, N=5, S=1, STRAGGLERS=[3], OUT=str(tmp_path / "comparison"))
     _execute(nb, tmp_path)
     text = _text(nb)
     assert "5 workers, code for S = 1 stragglers; late: [3]; the master hears from [0, 1, 2, 4]" in text
     assert "a^T B = [1. 1. 1. 1. 1.]" in text and "late [3, 0]: NotDecodableError" in text
     assert "fastest-k (k = 4, load 1)" in text and "code (k = 4, load 2)" in text
+    _check_verdicts(text)
+    assert (tmp_path / "comparison" / "report.html").is_file()
+
+
+def _check_verdicts(text: str) -> None:
+    """The sentences of section 4 say what its numbers say: faster than sync exactly when the ratio is below 1."""
+    verdicts = re.findall(r"its load is \d+x\), ([\d.]+)x sync's: (faster|slower) than sync", text)
+    assert len(verdicts) == 2, text
+    for ratio, word in verdicts:
+        assert (float(ratio) < 1) == (word == "faster"), (ratio, word)
 
 
 def test_the_committed_notebook_holds_its_outputs():

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import GradcodeError
+from ..network import Links, bind
 from ..optim import Optimizer
 from ..schemes._base import Combined, Plan, Schedule, Scheme, as_received
 from ..spec import RunOptions
@@ -127,13 +129,17 @@ class StopPolicy:
 
 
 # --- a decentralized step on the virtual clock ---------------------------------------------------------------
-def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
-    """Step ``t``'s chunk times and the scheme's schedule for them; an error if the All-Reduce can never end."""
+def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan,
+                        links: Links | None = None) -> tuple[np.ndarray, Schedule]:
+    """Step ``t``'s chunk times and the scheme's schedule for them; an error if the All-Reduce can never end. With
+    ``links`` the schedule's ``exchange`` is the All-Reduce's time on them (:meth:`Links.all_reduce`)."""
     micro, comm = scheme.micro_times(delay, seed, t)
     schedule = scheme.schedule(micro, comm, plan.tau)
     if not np.all(np.isfinite(schedule.ready)):
         silent = np.flatnonzero(~np.isfinite(schedule.ready)).tolist()
         raise SimulationError(f"{scheme.name}: All-Reduce cannot finish; workers {silent} never answer")
+    if links is not None:
+        schedule = replace(schedule, exchange=links.all_reduce(scheme.message_bytes(links.d)))
     return micro, schedule
 
 
@@ -210,6 +216,8 @@ class Driver:
         self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
         self.policy = StopPolicy(scheme)
         self.records: list[dict[str, Any]] = []
+        # the [network]'s links (None: none), bound to this run's workers, model size and time unit
+        self.links = bind(options.network, self.n, None if self.w is None else self.w.size, options.time_scale)
 
     # --- the loop -----------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:

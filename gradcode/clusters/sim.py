@@ -45,6 +45,7 @@ import numpy as np
 
 from ..delays import make_delay
 from ..errors import ConfigError, check_float
+from ..network import bind
 from ..schemes import Scheme
 from ..schemes._base import Combined, Plan, Received
 from ..spec import LATE_WORKERS, RunOptions
@@ -118,7 +119,8 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
     if _finish_vectorizable(scheme, workload, options):
-        records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations))
+        links = bind(options.network, scheme.n, None, options.time_scale)
+        records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations), links)
         return SimResult(records, summarize(records), params=None)
     cluster = SimulatedCluster(scheme, delay, workload, options, on_record=on_record, progress=progress)
     records = cluster.run()
@@ -146,7 +148,7 @@ def _progress(enabled: bool, total: int):
 def _vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
     if (workload is not None or scheme.decentralized or scheme.asynchronous or scheme.streams
-            or options.time_budget is not None):
+            or options.time_budget is not None or options.network is not None):
         return False
     plan = scheme.plan(0)
     if plan.chunked or late_rule(options.late_workers, plan) != "abandon":
@@ -231,7 +233,8 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     return records
 
 
-def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, chunk: int = 256) -> list[dict]:
+def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, links=None,
+                   chunk: int = 256) -> list[dict]:
     """:meth:`SimulatedCluster.gather` of a timing-only run with late workers finishing, the same functions
     (:func:`iteration`, :func:`gather_record`) without a cluster object, and the delays drawn ``chunk`` iterations
     at a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load)."""
@@ -249,7 +252,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
         unit = whole_unit(loads)
         for j, plan in enumerate(plans):
             start = clock
-            it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish")
+            it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish", links)
             free = np.where(it.started, it.free, free)
             clock = it.end
             rec = gather_record(scheme, plan, it, start, it.end, ideal_end=it.end, combined=None, loss=None,
@@ -336,7 +339,7 @@ class SimulatedCluster(Driver):
         compute, comm = compute[0], comm[0]
         late = late_rule(self.late, plan)
         begin = begins(plan, late, start, self.free)
-        it = iteration(self.policy, plan, start, begin, compute, comm, late)
+        it = iteration(self.policy, plan, start, begin, compute, comm, late, self.links)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end
         self.scheme.observe_chunks(t, _chunk_seconds(plan, compute))
@@ -354,6 +357,9 @@ class SimulatedCluster(Driver):
         """Update ``t`` of an asynchronous scheme (:mod:`gradcode.clusters.asynchronous`): the first acceptable
         gradient in flight is applied, and its worker begins its next task on the new model at once."""
         if self.tasks is None:     # every worker's task 0, on the initial model
+            if self.links is not None:
+                raise ConfigError(f"{self.scheme.name}: [network] is not modelled for asynchronous updates; "
+                                  "leave [network] out for this scheme")
             self.tasks = Tasks(self.delay, self.seed, plan.load)
             if self.workload is not None:
                 self.pending = self.workload.gradients(self.w, 0, range(plan.n_parts), plan.n_parts, plan.batch)
@@ -373,7 +379,7 @@ class SimulatedCluster(Driver):
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
-        micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan)
+        micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan, self.links)
         end = self.clock = start + schedule.duration
         combined = truth = None
         measured = {}

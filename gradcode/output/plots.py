@@ -13,7 +13,8 @@
   the end of its compute, or of the iteration, when none arrived), its compute hatched inside it, coloured by role:
   *busy* (a responder whose message was used), *waited-for* (the responder whose arrival ended the iteration),
   *wasted* (work that was discarded, often running on into the next iteration: a late worker finishes it first),
-  *idle*. Older records fall back to ``busy`` spans, or to bars spanning the whole iteration.
+  *idle*. Records without per-worker times (``n >= WORKER_TIMES_MAX_N``) fall back to the ``busy`` spans of a
+  training run, or to bars spanning the whole iteration.
 
 Plots use the first seed, and the simulated cluster when it is present (the MPI runs otherwise). Panels wrap at
 three per row, and a legend sits outside the axes (one per figure, the same colour per scheme in every panel), so
@@ -85,7 +86,7 @@ def _grid(plt, count: int, rows_each: int = 1, height: float = PANEL[1], width: 
     return fig, panels
 
 
-def _outside_legend(fig, axes: list, **kwargs) -> None:
+def _outside_legend(fig, axes: list) -> None:
     """One legend for the whole figure, right of every axes (it never covers a point), from the entries of
     ``axes`` (each label once)."""
     entries: dict[str, Any] = {}
@@ -94,7 +95,7 @@ def _outside_legend(fig, axes: list, **kwargs) -> None:
             entries.setdefault(label, handle)
     if entries:
         ncol = 1 if len(entries) <= 16 else 2
-        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol, **kwargs)
+        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
 
 
 def _save(fig, path: Path) -> None:
@@ -115,13 +116,24 @@ def _palette(labels) -> dict[str, Any]:
     return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
 
 
-def loss_vs_time(runs: list, path: Path) -> None:
+def _per_delay(runs: list):
+    """A figure of one panel per delay model: ``(fig, [(axes, delay)], colour of each scheme)``."""
     plt = _pyplot()
-    runs = _first_seed(_shown(runs))
     delays = _delays(runs)
     colour = _palette(r.meta["scheme"] for r in runs)
     fig, panels = _grid(plt, len(delays))
-    for (ax,), delay in zip(panels, delays, strict=True):
+    return fig, [(ax, delay) for (ax,), delay in zip(panels, delays, strict=True)], colour
+
+
+def _finish(fig, axes: list, path: Path) -> None:
+    _outside_legend(fig, axes)
+    _save(fig, path)
+
+
+def loss_vs_time(runs: list, path: Path) -> None:
+    runs = _first_seed(_shown(runs))
+    fig, panels, colour = _per_delay(runs)
+    for ax, delay in panels:
         for run in (r for r in runs if r.meta["delay"] == delay):
             pts = [(rec["end"], rec["loss"]) for rec in run.records if rec.get("loss") is not None]
             if pts:
@@ -132,8 +144,7 @@ def loss_vs_time(runs: list, path: Path) -> None:
         if target is not None:
             ax.axhline(target, color="grey", ls=":", lw=1)
         ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="time", ylabel="loss", yscale="log")
-    _outside_legend(fig, [ax for (ax,) in panels])
-    _save(fig, path)
+    _finish(fig, [ax for ax, _ in panels], path)
 
 
 def _updates(meta: dict[str, Any]) -> int:
@@ -142,12 +153,9 @@ def _updates(meta: dict[str, Any]) -> int:
 
 
 def iteration_time_cdf(runs: list, path: Path) -> None:
-    plt = _pyplot()
     runs = _shown(runs)
-    delays = _delays(runs)
-    colour = _palette(r.meta["scheme"] for r in runs)
-    fig, panels = _grid(plt, len(delays))
-    for (ax,), delay in zip(panels, delays, strict=True):
+    fig, panels, colour = _per_delay(runs)
+    for ax, delay in panels:
         labels = list(dict.fromkeys(r.meta["scheme"] for r in runs if r.meta["delay"] == delay))
         for label in labels:
             # an asynchronous scheme's iteration: a round of n updates (the report's iteration times)
@@ -155,8 +163,7 @@ def iteration_time_cdf(runs: list, path: Path) -> None:
                                         if r.meta["delay"] == delay and r.meta["scheme"] == label]))
             ax.step(d, np.arange(1, len(d) + 1) / len(d), where="post", label=label, lw=1.2, color=colour[label])
         ax.set(title=f"{delay} ({runs[0].meta['cluster']})", xlabel="iteration time", ylabel="CDF", xscale="log")
-    _outside_legend(fig, [ax for (ax,) in panels])
-    _save(fig, path)
+    _finish(fig, [ax for ax, _ in panels], path)
 
 
 def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
@@ -180,8 +187,7 @@ def tradeoff(rows: list[dict[str, Any]], path: Path) -> None:
         ax.axvline(1.0, color="grey", ls=":", lw=1)
         ax.set(xlabel="speedup over sync (" + ("time to target" if use_target else "mean iteration time") + ")",
                ylabel="samples computed (incl. wasted)", title=f"computation vs speedup: {delay}")
-    _outside_legend(fig, [ax for (ax,) in panels])
-    _save(fig, path)
+    _finish(fig, [ax for (ax,) in panels], path)
 
 
 MARKERS = "osD^v<>pPX*hH8d" * 4   # with the colour, two points of different schemes never look alike
@@ -224,8 +230,7 @@ def adaptive(runs: list, path: Path) -> bool:
         for ax, field in zip(column, fields, strict=True):
             ax.set(ylabel=ADAPTED[field][0])
         column[-1].set(xlabel="iteration")
-    _outside_legend(fig, [ax for column in panels for ax in column])
-    _save(fig, path)
+    _finish(fig, [ax for column in panels for ax in column], path)
     return True
 
 

@@ -71,10 +71,6 @@ def _values(items: list[dict], path: str) -> list:
     return list(dict.fromkeys(_hashable(w[path]) for w in items))
 
 
-def _numeric(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-
-
 # --- regime_map.png -------------------------------------------------------------------------------------------
 def regime_map(rows: list[dict], table: list[dict], swept: list[str], path: Path, metric: str) -> bool:
     """Draw the regime map (see the module docstring); False when nothing was drawn."""
@@ -85,30 +81,26 @@ def regime_map(rows: list[dict], table: list[dict], swept: list[str], path: Path
     return _heatmaps(plt, rows, table, keys, path, metric)
 
 
-def _panel_title(cluster, delay, rest: dict) -> str:
-    extra = ", ".join(f"{k} = {_text(v)}" for k, v in rest.items())
-    return f"{cluster}, {delay}" + (f"\n{extra}" if extra else "")
-
-
-def _shown(families: dict, what: str) -> tuple[list, str]:
+def _shown(families: dict) -> tuple[list, str]:
     """The first MAX_PANELS families, and a note when some are left out."""
     items = list(families.items())
-    note = f" (first {MAX_PANELS} of {len(items)} {what} shown)" if len(items) > MAX_PANELS else ""
+    note = f" (first {MAX_PANELS} of {len(items)} panels shown)" if len(items) > MAX_PANELS else ""
     return items[:MAX_PANELS], note
 
 
 def _heatmaps(plt, rows, table, keys, path, metric) -> bool:
     xs, ys, rest = _values(table, keys[0]), _values(table, keys[1]), keys[2:]
     families = _groups(table, lambda w: (w["cluster"], w["delay"], *(_hashable(w[k]) for k in rest)))
-    shown, note = _shown(families, "panels")
+    shown, note = _shown(families)
     colours = scheme_colours(rows)
     fig, axes = _figure(plt, len(shown), width=max(4.0, 1.25 * len(xs) + 1.6), height=max(3.0, 0.75 * len(ys) + 1.6))
     for ax, ((cluster, delay, *_), cells) in zip(axes, shown, strict=True):
         for w in cells:
             _heat_cell(ax, w, xs.index(_hashable(w[keys[0]])), ys.index(_hashable(w[keys[1]])), colours, metric)
+        extra = ", ".join(f"{k} = {_text(cells[0][k])}" for k in rest)    # the keys after the first two
         ax.set(xlim=(-0.5, len(xs) - 0.5), ylim=(-0.5, len(ys) - 0.5), xlabel=keys[0], ylabel=keys[1],
                xticks=range(len(xs)), yticks=range(len(ys)),
-               title=_panel_title(cluster, delay, {k: cells[0][k] for k in rest}))
+               title=f"{cluster}, {delay}" + (f"\n{extra}" if extra else ""))
         ax.set_xticklabels([_text(v) for v in xs], fontsize=8)
         ax.set_yticklabels([_text(v) for v in ys], fontsize=8)
     _heat_legend(fig, [w for _, cells in shown for w in cells], colours, metric)
@@ -154,10 +146,10 @@ def _heat_legend(fig, cells: list[dict], colours: dict, metric: str) -> None:
 def _lines(plt, rows, key, path, metric) -> bool:
     """One swept key: each scheme's metric against the swept value, with its CI band."""
     families = _groups(rows, lambda r: (r["cluster"], r["delay"]))
-    shown, note = _shown(families, "panels")
+    shown, note = _shown(families)
     colours = scheme_colours(rows)
     xs = _values(rows, key)
-    numeric = _numeric(xs)
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in xs)
     fig, axes = _figure(plt, len(shown), width=max(4.5, 0.5 * len(xs) + 3.0), height=3.6)
     drawn = False
     for ax, ((cluster, delay), family) in zip(axes, shown, strict=True):
@@ -232,7 +224,7 @@ def computation_speedup(rows: list[dict], table: list[dict], path: Path) -> bool
         return False
     plt = _pyplot()
     families = _groups(points, lambda p: (p[0], p[1]))
-    shown, note = _shown(families, "panels")
+    shown, note = _shown(families)
     colours = scheme_colours(rows)
     markers = {label: MARKERS[i % len(MARKERS)] for i, label in enumerate(colours)}
     fig, axes = _figure(plt, len(shown), width=4.8, height=3.8)

@@ -139,10 +139,6 @@ def _groups(rows: list[dict], key) -> dict[Any, list[dict]]:
     return out
 
 
-def _cell_key(row: dict) -> tuple:
-    return _hashable(row["cell"]), row["cluster"], row["delay"]
-
-
 # --- winners --------------------------------------------------------------------------------------------------
 def winners(rows: list[dict], swept: list[str], metric: str = "time_to_target") -> list[dict]:
     """One dict per (cell, cluster, delay), in order of appearance: ``cell``, the swept values, ``cluster``,
@@ -151,7 +147,8 @@ def winners(rows: list[dict], swept: list[str], metric: str = "time_to_target") 
     ``value`` and ``ci`` (the winner's), ``speedup`` (over sync; None without sync or its value), ``sync`` (the
     baseline's label or None) and ``values`` (every ranked scheme's mean)."""
     _check(rows, swept, metric)
-    return [_winner(group, swept, metric) for group in _groups(rows, _cell_key).values()]
+    cells = _groups(rows, lambda r: (_hashable(r["cell"]), r["cluster"], r["delay"]))
+    return [_winner(group, swept, metric) for group in cells.values()]
 
 
 def _winner(group: list[dict], swept: list[str], metric: str) -> dict:
@@ -169,14 +166,10 @@ def _winner(group: list[dict], swept: list[str], metric: str) -> dict:
     pick = max if used in HIGHER_IS_BETTER else min
     best = pick(scored, key=lambda label: scored[label][0])
     value, ci = scored[best]
-    out.update(winner=best, value=value, ci=_number(_row_of(group, best), used + "_ci"),
+    out.update(winner=best, value=value, ci=_number(next(r for r in group if r["scheme"] == best), used + "_ci"),
                tied=[label for label, (v, c) in scored.items() if label != best and abs(v - value) <= ci + c],
                speedup=None if sync is None else _speedup(_number(sync, used), value, used))
     return out
-
-
-def _row_of(group: list[dict], label: str) -> dict:
-    return next(r for r in group if r["scheme"] == label)
 
 
 def _speedup(reference: float | None, value: float | None, metric: str) -> float | None:

@@ -49,6 +49,7 @@ import numpy as np
 
 from ..clusters.records import iteration_durations, summarize
 from ..errors import ConfigError
+from ..network import describe_network
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
@@ -278,15 +279,28 @@ def _ratio(a, b) -> float | None:
 
 
 def write_summary(folder: Path, rows: list[dict[str, Any]]) -> None:
-    """``summary.csv`` (empty cell = none) and ``summary.json``."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if row[k] is None else repr(row[k]) if isinstance(row[k], float) else row[k])
-                         for k in COLUMNS})
-    (folder / "summary.csv").write_text(buf.getvalue())
+    """``summary.csv`` and ``summary.json``."""
+    write_csv(folder / "summary.csv", rows, COLUMNS)
     (folder / "summary.json").write_text(json.dumps(rows, indent=2) + "\n")
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """A table of ``rows``: an empty cell is a missing value, floats in full (``repr``), lists and tables as JSON."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({key: _csv_value(row.get(key)) for key in columns} for row in rows)
+    path.write_text(buf.getvalue())
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return json.dumps(value) if isinstance(value, (list, dict)) else value
 
 
 # --- statistics -----------------------------------------------------------------------------------------------
@@ -360,10 +374,8 @@ def winners(rows: list[dict[str, Any]], target: float | None) -> dict[tuple[str,
     for setting, schemes in by_setting.items():
         facts = out.setdefault(setting, {})
         time_key = "time_to_target" if target is not None else "mean_iteration_time"
-        timed = {s: _group_mean(rs, time_key) for s, rs in schemes.items()}
-        timed = {s: v for s, v in timed.items() if v is not None}
-        if timed:
-            best = min(timed, key=timed.get)
+        best = _least(schemes, time_key)
+        if best is not None:
             speed = _group_mean(schemes[best], "speedup_target" if target is not None else "speedup_iteration")
             what = f"time to loss {target:g}" if target is not None else "mean iteration time"
             facts["time"] = (f"fastest ({what}): {best} ({cell(schemes[best], time_key)}"
@@ -371,12 +383,15 @@ def winners(rows: list[dict[str, Any]], target: float | None) -> dict[tuple[str,
         else:
             facts["time"] = "no scheme reached the target loss in every seed"
         for key, what in (("samples_computed", "computation"), ("bytes", "communication")):
-            vals = {s: _group_mean(rs, key) for s, rs in schemes.items()}
-            vals = {s: v for s, v in vals.items() if v is not None}
-            if vals:
-                best = min(vals, key=vals.get)
+            if (best := _least(schemes, key)) is not None:
                 facts[what] = f"least {what}: {best} ({cell(schemes[best], key)} {key.split('_')[0]})"
     return out
+
+
+def _least(schemes: dict[str, list[dict]], key: str) -> str | None:
+    """The scheme with the least mean of ``key`` over its rows; None when no scheme has it in every row."""
+    means = {s: v for s, rs in schemes.items() if (v := _group_mean(rs, key)) is not None}
+    return min(means, key=means.get) if means else None
 
 
 def reading(rows: list[dict[str, Any]], target: float | None) -> list[str]:
@@ -453,7 +468,8 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
         out += [desc, ""]
     out += [f"Clusters: {', '.join(info.get('clusters', sorted({r['cluster'] for r in rows})))}; "
             f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Times are in units of the delay"
-            " model on both clusters (MPI: wall-clock seconds / time_scale).", ""]
+            " model on both clusters (MPI: wall-clock seconds / time_scale).", "",
+            describe_network(info.get("spec", {}).get("network")), ""]
     notes = list(info.get("notes", []))
     partial = [f"{r.meta['run_id']} ({r.problem})" for r in runs if not r.complete]
     if partial:
@@ -481,13 +497,9 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     out += ["", "## Plots", ""] + drawn
     out += ["## Runs", "", "Each run's per-iteration records, its metadata and its spec (paths relative to this "
             "folder).", ""] + runs_table(runs) + [""]
-    out += ["## Definitions", "", _definitions(), ""]
+    definitions = __doc__[__doc__.index("Row fields"):].strip()    # the module docstring's, which says them once
+    out += ["## Definitions", "", definitions, ""]
     return "\n".join(out)
-
-
-def _definitions() -> str:
-    doc = __doc__ or ""
-    return doc[doc.index("Row fields"):].strip()
 
 
 def build_report(folder: str | Path, figures: bool = True) -> Path:

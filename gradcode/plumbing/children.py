@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 
 PR_SET_PDEATHSIG = 1           # from <linux/prctl.h>
 STOP_WAIT = 5.0                # seconds a stopped child gets between SIGTERM and SIGKILL
@@ -37,14 +38,11 @@ def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> boo
     return True
 
 
-def _preexec(parent: int):
-    # runs in the child between fork and exec: only async-signal-safe work (ctypes was loaded before the fork)
-    return lambda: die_with_parent(signal.SIGTERM, parent)
-
-
 def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
     """``subprocess.Popen(cmd)`` in its own process group, with a parent-death signal."""
-    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_preexec(os.getpid()), **kwargs)
+    # preexec_fn runs in the child between fork and exec: only async-signal-safe work (ctypes was loaded before)
+    died = partial(die_with_parent, signal.SIGTERM, os.getpid())
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=died, **kwargs)
 
 
 def stop_child(proc: subprocess.Popen, wait: float = STOP_WAIT) -> None:

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..errors import ConfigError
-from .params import accepted_params, check_params
+from .params import check_params, init_params
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,8 @@ class Registry:
     def describe(self, name) -> Description:
         cls = self.get(name)
         label = name if isinstance(name, str) else getattr(cls, "name", cls.__name__)
-        return Description(self.kind, label, cls, summary_of(cls), _first_paragraph(cls.__doc__),
+        return Description(self.kind, label, cls, summary_of(cls),
+                           inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0].strip(),
                            tuple(p for p in params_of(cls) if p.name not in self.positional), forwarded_to(cls))
 
 
@@ -199,20 +200,13 @@ def summary_of(cls: type) -> str:
 
 
 def params_of(cls: type) -> list[Param]:
-    """The keyword parameters of ``cls(...)`` with defaults, following ``**kwargs`` up the class hierarchy."""
-    accepted = set(accepted_params(cls))
-    found: dict[str, Param] = {}
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        for p in inspect.signature(init).parameters.values():
-            if p.name in found or p.name not in accepted:
-                continue
-            ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-            found[p.name] = Param(p.name, None if p.default is p.empty else p.default, p.default is p.empty,
-                                  "" if p.annotation is p.empty else str(ann))
-    return list(found.values())
+    """The keyword parameters of ``cls(...)`` with defaults (:func:`gradcode.plumbing.params.init_params`)."""
+    out = []
+    for p in init_params(cls).values():
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        out.append(Param(p.name, None if p.default is p.empty else p.default, p.default is p.empty,
+                         "" if p.annotation is p.empty else str(ann)))
+    return out
 
 
 def forwarded_to(cls: type) -> str:
@@ -227,11 +221,6 @@ def forwarded_to(cls: type) -> str:
         return (f"passed on to the {target} (**{varkw}); `gradcode describe NAME --kind {target}` lists a "
                 f"{target}'s parameters")
     return f"passed on (**{varkw})"
-
-
-def _first_paragraph(doc: str | None) -> str:
-    text = inspect.cleandoc(doc or "")
-    return text.split("\n\n")[0].strip()
 
 
 def _import(path: str, what: str, *, hint: str = "") -> type:
@@ -301,6 +290,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "dropcompute": "gradcode.schemes.dropcompute:DropCompute",
     "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
     "anytime": "gradcode.schemes.anytime:Anytime",
+    "comm_efficient": "gradcode.schemes.comm_efficient:CommEfficient",
     "async_sgd": "gradcode.schemes.async_sgd:AsyncSGD",
 }, group="gradcode.schemes", positional=("n",))
 

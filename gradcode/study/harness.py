@@ -228,6 +228,8 @@ def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: l
     }
     if spec.workload is not None:
         single["workload"] = dict(spec.workload)
+    if "network" in spec.raw:     # (absent: the run and its fingerprint as before there was a network)
+        single["network"] = dict(spec.raw["network"])
     run_id = f"{cluster}__d{di}_{_slug(delay_labels[di])}__s{si}_{_slug(scheme_labels[si])}__seed{seed}"
     meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
             "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,
@@ -419,16 +421,22 @@ def _other_experiment(out: Path, exp: Experiment) -> str | None:
     path = out / "experiment.json"
     if not path.exists():
         return "run folders of an unknown experiment" if (out / "runs").is_dir() else None
+    return other_spec(path, exp.spec.raw, "{name!r}, whose spec differs")
+
+
+def other_spec(path: Path, raw: dict, differs: str) -> str | None:
+    """What the results file ``path`` (``experiment.json``, ``sweep.json``) was written for, if not the spec
+    ``raw``: ``differs`` (``{name}``: the name it gives) and the tables that differ; ``None`` for the same spec."""
     try:
         info = json.loads(path.read_text())
         old = info["spec"]
     except (OSError, ValueError, KeyError, TypeError):
         return f"an unreadable {path.name}"
-    new = json.loads(json.dumps(exp.spec.raw, default=str))
+    new = json.loads(json.dumps(raw, default=str))
     if old == new:
         return None
     tables = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)] if isinstance(old, dict) else []
-    return f"{info.get('name', '?')!r}, whose spec differs" + (f" in {', '.join(tables)}" if tables else "")
+    return differs.format(name=info.get("name", "?")) + (f" in {', '.join(tables)}" if tables else "")
 
 
 def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,

@@ -56,7 +56,7 @@ from typing import Any
 from ..errors import ConfigError
 
 OPTIONS = {"zip": "true: pair the lists (equal lengths) instead of taking their product"}
-SINGLE = ("cluster", "workload", "delay", "scheme", "run")   # single tables: TABLE.KEY
+SINGLE = ("cluster", "workload", "delay", "scheme", "run", "network")   # single tables: TABLE.KEY
 ARRAYS = ("schemes", "delays")                                # arrays of tables: TABLE.LABEL_OR_NAME.KEY
 
 
@@ -77,7 +77,6 @@ class Grid:
     paths: list[str]
     zipped: bool
     cells: list[Cell]
-    targets: dict[str, list[Target]]
 
 
 def read_sweep(source: str | Path | dict) -> dict[str, Any]:
@@ -95,9 +94,9 @@ def read_sweep(source: str | Path | dict) -> dict[str, Any]:
     return _read_toml(path)
 
 
-def expand(raw: dict[str, Any], *, check: bool = True) -> Grid:
-    """The grid of a spec with a ``[sweep]`` table: every cell's spec, each checked (``check``) as a comparison
-    spec before anything runs. See the module docstring for the grammar."""
+def expand(raw: dict[str, Any]) -> Grid:
+    """The grid of a spec with a ``[sweep]`` table: every cell's spec, each checked as a comparison spec before
+    anything runs. See the module docstring for the grammar."""
     if not isinstance(raw, dict) or "sweep" not in raw:
         raise ConfigError("spec: no [sweep] table; a sweep needs one, e.g. [sweep] \"delay.alpha\" = [1.5, 2, 3] "
                           "(to run a single comparison, use `gradcode compare`)")
@@ -120,10 +119,9 @@ def expand(raw: dict[str, Any], *, check: bool = True) -> Grid:
     for i, combo in enumerate(_combinations(lists, zipped)):
         values = dict(zip(lists, combo, strict=True))
         cells.append(Cell(i, values, _substitute(base, targets, values)))
-    if check:
-        for cell in cells:
-            _check_cell(cell)
-    return Grid(base=base, paths=list(lists), zipped=zipped, cells=cells, targets=targets)
+    for cell in cells:
+        _check_cell(cell)
+    return Grid(base=base, paths=list(lists), zipped=zipped, cells=cells)
 
 
 def _combinations(lists: dict[str, list], zipped: bool) -> list[tuple]:
@@ -181,9 +179,6 @@ class Target:
         for part in self.keys[:-1]:
             table = table[part]
         return table
-
-    def get(self, spec: dict[str, Any]) -> Any:
-        return self.table(spec).get(self.keys[-1])
 
     def set(self, spec: dict[str, Any], value: Any) -> None:
         self.table(spec)[self.keys[-1]] = copy.deepcopy(value)

@@ -40,8 +40,6 @@ reading),
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import multiprocessing
 import os
@@ -54,23 +52,19 @@ from typing import Any
 
 from ..errors import ConfigError, GradcodeError
 from ..output.regimes import COMPUTATION, METRICS, REGIME_MAP
+from ..output.report import write_csv
 from ..output.report_html import write_html
 from ..plumbing.fingerprint import fingerprint
 from ..plumbing.outdir import FolderLock, remove_folders, remove_results, writable_folder, write_whole
-from .harness import SWEEP_RESULTS
+from .harness import RESULTS, SWEEP_RESULTS, other_spec
 
 CELL_DONE = "CELL_COMPLETE"
 AGGREGATE = list(dict.fromkeys([*METRICS, "iterations", "wasted_units"]))   # the means (and _ci) of a row
 WALL = ("wall_seconds",)          # columns that depend on the machine, not on the spec
-RESULTS = SWEEP_RESULTS
 EXECUTORS = ("process", "mpi")
 
 
 # --- one cell -------------------------------------------------------------------------------------------------
-def cell_folder(out: Path, index: int) -> Path:
-    return Path(out) / "cells" / f"{index:03d}"
-
-
 def run_cell(task: dict[str, Any]) -> dict[str, Any]:
     """Run one cell (``task``: ``index``, ``values``, ``spec``, ``folder``, ``fingerprint``, ``figures``, ``dirs``) as a
     comparison and write its marker; a module-level function so that any executor can send it to a worker."""
@@ -112,6 +106,10 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def _failed(task: dict, err: GradcodeError) -> dict[str, Any]:
+    return {"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]}
+
+
 def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock_fd: int | None = None) -> list[dict]:
     """Run ``tasks``: the MPI-cluster cells one at a time here, the others on the executor; the results in the
     order they finished (each names its cell). ``lock_fd``: the sweep folder's lock, which forked workers close."""
@@ -144,7 +142,7 @@ def run_all(tasks: list[dict], *, jobs: int, executor: str, progress: bool, lock
                 try:
                     done(future.result())
                 except GradcodeError as err:
-                    done({"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]})
+                    done(_failed(task, err))
     except BaseException:        # Ctrl-C: no new cell starts; finished cells keep their markers
         workers = _workers(others)    # before shutdown(), which joins them
         pool.shutdown(wait=False, cancel_futures=True)
@@ -167,7 +165,7 @@ def _guarded(task: dict) -> dict:
     try:
         return run_cell(task)
     except GradcodeError as err:
-        return {"index": task["index"], "wall_seconds": None, "failures": [f"cell {task['index']}: {err}"]}
+        return _failed(task, err)
 
 
 def _pool(executor: str, workers: int, lock_fd: int | None):
@@ -220,7 +218,7 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
     out = writable_folder(out)
     dirs = [str(Path(source).resolve().parent)] if isinstance(source, (str, Path)) else []
     dirs.append(os.getcwd())
-    tasks = [{"index": c.index, "values": c.values, "spec": c.spec, "folder": str(cell_folder(out, c.index)),
+    tasks = [{"index": c.index, "values": c.values, "spec": c.spec, "folder": str(out / "cells" / f"{c.index:03d}"),
               "figures": cell_figures, "fingerprint": fingerprint(c.spec), "dirs": dirs} for c in grid.cells]
     with FolderLock(out) as lock:
         _claim(out, raw, len(tasks), replace)
@@ -234,7 +232,7 @@ def sweep(source: str | Path | dict, out: str | Path, *, jobs: int | None = None
         rows = collect(tasks, grid.paths)
         notes = [f"cell failed: {f}" for f in failures]
         _write_json(out, raw, grid, tasks, rows, notes, complete=not failures)
-        write_csv(out / "sweep.csv", rows, grid.paths)
+        write_csv(out / "sweep.csv", rows, columns(grid.paths))
         _write_report(out, raw, grid, tasks, rows, notes, jobs=jobs if executor == "process" else 1)
     return out
 
@@ -249,12 +247,10 @@ def _claim(out: Path, raw: dict, cells: int, replace: bool) -> None:
     if not replace:
         raise ConfigError(f"{out} holds {other}; give another --out folder, or --replace to delete its results and "
                           "run this sweep there")
-    remove_results(out, RESULTS)
+    remove_results(out, SWEEP_RESULTS)
     remove_folders(out / "cells", lambda name: name.isdigit() and int(name) < cells)
     if (out / "experiment.json").is_file() or (out / "runs").is_dir():     # a comparison's folder
-        from .harness import RESULTS as COMPARE_RESULTS
-
-        remove_results(out, (*COMPARE_RESULTS, "runs"))
+        remove_results(out, (*RESULTS, "runs"))
 
 
 def _other(out: Path, raw: dict) -> str | None:
@@ -263,21 +259,13 @@ def _other(out: Path, raw: dict) -> str | None:
     path = out / "sweep.json"
     if not path.is_file():
         return "cell folders of an unknown sweep" if (out / "cells").is_dir() else None
-    try:
-        old = json.loads(path.read_text())["spec"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"an unreadable {path.name}"
-    new = json.loads(json.dumps(raw, default=str))
-    if old == new:
-        return None
-    tables = [k for k in dict.fromkeys([*old, *new]) if old.get(k) != new.get(k)] if isinstance(old, dict) else []
-    return "another sweep, whose spec differs" + (f" in {', '.join(tables)}" if tables else "")
+    return other_spec(path, raw, "another sweep, whose spec differs")
 
 
 # --- the table ------------------------------------------------------------------------------------------------
 def collect(tasks: list[dict], paths: list[str]) -> list[dict[str, Any]]:
     """The rows of ``sweep.csv`` from the cell folders (see the module docstring), in cell order."""
-    from ..output.report import mean_ci, scheme_class
+    from ..output.report import groups, mean_ci, scheme_class
 
     rows = []
     for task in tasks:
@@ -287,12 +275,8 @@ def collect(tasks: list[dict], paths: list[str]) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue            # a cell that failed before any run: named in the notes
         marker = cell_done(task) or {}
-        groups: dict[tuple, list[dict]] = {}
-        for run in runs:
-            groups.setdefault((run["cluster"], run["delay"], run["scheme"]), []).append(run)
-        values = _cell_values(task, paths)
-        for (cluster, delay, scheme), group in groups.items():
-            row = {"cell": task["index"], **values, "cluster": cluster, "delay": delay, "scheme": scheme,
+        for (cluster, delay, scheme), group in groups(runs).items():
+            row = {"cell": task["index"], **task["values"], "cluster": cluster, "delay": delay, "scheme": scheme,
                    "scheme_name": group[0]["scheme_name"],
                    "baseline": bool(scheme_class({"scheme_name": group[0]["scheme_name"]}).baseline),
                    "seeds": len(group),
@@ -307,40 +291,16 @@ def collect(tasks: list[dict], paths: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def _cell_values(task: dict, paths: list[str]) -> dict[str, Any]:
-    return {path: task["values"][path] for path in paths}
-
-
 def columns(paths: list[str]) -> list[str]:
     metrics = [name for key in AGGREGATE for name in (key, key + "_ci")]
     return ["cell", *paths, "cluster", "delay", "scheme", "scheme_name", "baseline", "seeds", "status", "reached",
             *metrics, *WALL]
 
 
-def write_csv(path: Path, rows: list[dict], paths: list[str]) -> None:
-    """``sweep.csv``: an empty cell is a missing value, floats in full (``repr``), lists and tables as JSON."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns(paths), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({key: _csv_value(row.get(key)) for key in columns(paths)})
-    path.write_text(buf.getvalue())
-
-
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return json.dumps(value) if isinstance(value, (list, dict)) else value
-
-
 def _write_json(out: Path, raw: dict, grid, tasks: list[dict], rows: list[dict], notes: list[str], *,
                 complete: bool) -> None:
     name = str(raw.get("experiment", {}).get("name", "sweep"))
-    cells = [{"cell": t["index"], "values": _cell_values(t, grid.paths), "folder": f"cells/{t['index']:03d}",
+    cells = [{"cell": t["index"], "values": t["values"], "folder": f"cells/{t['index']:03d}",
               "fingerprint": t["fingerprint"], "wall_seconds": (cell_done(t) or {}).get("wall_seconds")}
              for t in tasks]
     info = {"name": name, "complete": complete, "paths": grid.paths, "zip": grid.zipped, "notes": notes,
