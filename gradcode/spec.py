@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .deaths import FAULT_KEYS, check_die, check_die_random, planned_deaths
 from .errors import ConfigError, check_float, check_int
 from .optim import OPTIMIZERS
 from .plumbing.params import accepted_params
@@ -54,7 +55,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment", "network")
+TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment", "network", "faults")
 
 # what a worker still busy with an older plan does when a newer one is issued (gradcode.clusters.sim says how)
 LATE_WORKERS = ("finish", "abandon", "between_chunks")
@@ -129,6 +130,8 @@ class RunOptions:
                                   "or 'add' (sleep it after the real compute)", _one_of(("wait", "add")))
     network: Any = _option(None, "the [network] table: links, latency, hosts (default: none, no bytes)", _network,
                            table="network")
+    die: tuple[tuple[int, int], ...] | None = _option(None, FAULT_KEYS["die"], check_die, table="faults")
+    die_random: tuple[int, int] | None = _option(None, FAULT_KEYS["die_random"], check_die_random, table="faults")
 
     def __post_init__(self):
         for f in fields(self):
@@ -151,12 +154,15 @@ class RunOptions:
         return replace(options, **changes) if changes else options
 
     @classmethod
-    def from_spec(cls, run: dict[str, Any], cluster: dict[str, Any]) -> RunOptions:
-        """The options a spec's ``[run]`` and ``[cluster]`` tables set; an error names the table and the key."""
+    def from_spec(cls, run: dict[str, Any], cluster: dict[str, Any],
+                  faults: dict[str, Any] | None = None) -> RunOptions:
+        """The options a spec's ``[run]``, ``[cluster]`` and ``[faults]`` tables set; an error names the table and
+        the key."""
         values = {}
+        tables = {"run": run, "cluster": cluster, "faults": faults or {}}
         for f in fields(cls):
             table = f.metadata["table"]
-            given = {"cluster": cluster, "run": run}.get(table, {})
+            given = tables.get(table, {})
             if f.name in given:   # checked here to name the table (the constructor's check then passes it as is)
                 try:
                     values[f.name] = f.metadata["check"](f.name, given[f.name])
@@ -291,7 +297,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                               f"{experiment[key]!r}")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
-    options = RunOptions.from_spec(run, cluster)
+    faults = dict(_table(raw, "faults"))
+    _check_keys(faults, FAULT_KEYS, "[faults]")
+    options = RunOptions.from_spec(run, cluster, faults)
+    planned_deaths(options, cluster["workers"])     # the workers and iterations named exist
     if "network" in raw:
         options = replace(options, network=raw["network"])
     _check_seeds(run)

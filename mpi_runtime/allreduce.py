@@ -54,12 +54,20 @@ INFO = 7   # kept, compute time (model units), overrun, non-finite, wall time wh
 #           seconds, seconds from this rank's start of the step to joining the All-Reduce (its own clock)
 
 
+# said when a rank dies: measured (2026-12-08), the PyPI Open MPI 5.0.11 wheel under `mpirun --with-ft ulfm` reports the
+# death to the survivors' Allreduce (MPI_ERR_PROC_FAILED) within a second, and Comm.Shrink gives them a communicator
+# on which an Allreduce completes; MPICH's mpi4py stand-ins cannot (docs/mpi.md#workers-that-die)
+ULFM_NOTE = ("; an All-Reduce needs every rank and MPICH cannot shrink a communicator: the run ends here (Open MPI "
+             "with ULFM, mpirun --with-ft ulfm, could go on with the survivors; this runtime does not do that yet)")
+
+
 class Decentralized(Driver):
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, out: Path | None, peers: Peers,
                  faults: Faults):
         super().__init__(scheme, workload, cfg.options)
         self.comm, self.cfg, self.delay = comm, cfg, delay
         self.peers, self.faults = peers, faults
+        peers.note = ULFM_NOTE
         self.rank = comm.Get_rank()
         self.recording = self.rank == 0
         self.i = self.rank - 1

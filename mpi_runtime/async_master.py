@@ -27,6 +27,7 @@ import numpy as np
 
 from gradcode.clusters.asynchronous import Tasks, next_update
 from gradcode.clusters.driver import SimulationError
+from gradcode.deaths import planned_deaths
 from gradcode.schemes._base import Received
 
 from . import protocol as P
@@ -39,6 +40,9 @@ class AsyncMaster(Master):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if planned_deaths(self.options, self.n) or self.links is not None:
+            raise RunFailure(f"{self.scheme.name}: [network] and [faults] are not modelled for asynchronous "
+                             "updates; leave them out for this scheme")
         self.tasks = Tasks(self.delay, self.options.seed, np.ones(self.n))    # the shadow clock's tasks in flight
         self.arrived: list[int] = []              # workers whose gradient is in hand, in arrival order
         self.gradients: dict[int, np.ndarray] = {}

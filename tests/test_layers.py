@@ -24,7 +24,7 @@ MAX_LINES = 600
 LAYERS = [
     ("plumbing", ["gradcode.errors", "gradcode.plumbing"]),
     ("core", ["gradcode.codes", "gradcode.delays", "gradcode.schemes", "gradcode.workloads", "gradcode.optim",
-              "gradcode.network"]),
+              "gradcode.network", "gradcode.deaths"]),
     ("spec", ["gradcode.spec"]),
     ("clusters", ["gradcode.clusters", "mpi_runtime"]),
     ("output", ["gradcode.output"]),

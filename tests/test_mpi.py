@@ -279,7 +279,7 @@ def test_unresponsive_worker_sync_fails_with_reason(tmp_path):
 
 @pytest.mark.mpi
 def test_crashed_worker_ends_job_with_records(tmp_path):
-    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
+    spec = mpi_spec({"name": "sync"}, iterations=10)     # needs every worker (test_mpi_deaths.py: those that do not)
     proc, out = run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "2:3"}, timeout=60)
     assert proc.returncode != 0
     assert "rank 2 (worker 1) crashed" in proc.stderr

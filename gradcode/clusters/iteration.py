@@ -270,6 +270,7 @@ def chunk_ends(plan: Plan, begin: np.ndarray, compute: np.ndarray) -> tuple[np.n
     ends = np.where(j <= counts[:, None], begin[:, None] + compute[:, None] * j / counts[:, None], np.inf)
     # chunk j (0-based) starts at the end of chunk j - 1; it is started only before the local deadline
     starts = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
-    may = (starts - begin[:, None] < plan.tau) | (j == 1)
+    with np.errstate(invalid="ignore"):      # a dead worker's begin is inf (inf - inf: it starts no chunk)
+        may = (starts - begin[:, None] < plan.tau) | (j == 1)
     started = np.minimum(counts, np.cumprod(may, axis=1).sum(axis=1))
     return ends, started

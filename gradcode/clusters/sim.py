@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from ..deaths import all_reduce_text, dead_field, planned_deaths
 from ..delays import make_delay
 from ..errors import ConfigError, check_float
 from ..network import bind
@@ -109,16 +110,17 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
     iterations, seed = options.iterations * scheme.updates_per_iteration, options.seed
+    deaths = planned_deaths(options, scheme.n)
     scheme.bind(delay=delay)
     scheme.reset()
     check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap
-    if _vectorizable(scheme, workload, options):
+    if _vectorizable(scheme, workload, options) and not deaths:
         records = _vectorized_timing(scheme, delay, iterations, seed)
         if on_record is not None:
             for rec in records:
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
-    if _finish_vectorizable(scheme, workload, options):
+    if _finish_vectorizable(scheme, workload, options) and not deaths:
         links = bind(options.network, scheme.n, None, options.time_scale)
         records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations), links)
         return SimResult(records, summarize(records), params=None)
@@ -281,6 +283,7 @@ class SimulatedCluster(Driver):
         self.clock = 0.0
         self.free = np.zeros(self.n)
         self._block: tuple | None = None     # (first t, load, compute, comm): the last draws (_draws)
+        self.planned = planned_deaths(options, self.n)     # [faults]: {worker: the first plan it never takes}
         self.tasks: Tasks | None = None      # an asynchronous scheme's tasks in flight, and their gradients
         self.pending: np.ndarray | None = None
 
@@ -331,6 +334,17 @@ class SimulatedCluster(Driver):
         self._block = (t, load, compute, comm)
         return compute[:1], comm[:1]
 
+    def _deaths(self, t: int) -> np.ndarray | None:
+        """The workers dead by iteration ``t`` (a mask; None if none), those planned for ``t`` added now."""
+        for worker, at in self.planned.items():
+            if at <= t:
+                self.dead.setdefault(worker, at)
+        if not self.dead:
+            return None
+        dead = np.zeros(self.n, dtype=bool)
+        dead[list(self.dead)] = True
+        return dead
+
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         if self.scheme.asynchronous:
             return self._update_async(t, plan)
@@ -339,6 +353,12 @@ class SimulatedCluster(Driver):
         compute, comm = compute[0], comm[0]
         late = late_rule(self.late, plan)
         begin = begins(plan, late, start, self.free)
+        dead = self._deaths(t)
+        if dead is not None:      # a dead worker never begins a plan: no message, no work
+            unmet = self.deaths_unmet(t, plan)
+            if unmet:
+                raise SimulationError(unmet)
+            begin, compute = np.where(dead, np.inf, begin), np.where(dead, np.inf, compute)
         it = iteration(self.policy, plan, start, begin, compute, comm, late, self.links)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end
@@ -350,6 +370,7 @@ class SimulatedCluster(Driver):
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
             measured["busy"] = spans(begin, _last_out(it, plan), it.started)
         measured.update(it.worker_times(compute, comm))
+        measured.update(dead_field(self.dead))
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, it=it, combined=combined, truth=truth,
                                     **measured)
 
@@ -357,9 +378,9 @@ class SimulatedCluster(Driver):
         """Update ``t`` of an asynchronous scheme (:mod:`gradcode.clusters.asynchronous`): the first acceptable
         gradient in flight is applied, and its worker begins its next task on the new model at once."""
         if self.tasks is None:     # every worker's task 0, on the initial model
-            if self.links is not None:
-                raise ConfigError(f"{self.scheme.name}: [network] is not modelled for asynchronous updates; "
-                                  "leave [network] out for this scheme")
+            if self.links is not None or self.planned:
+                raise ConfigError(f"{self.scheme.name}: [network] and [faults] are not modelled for asynchronous "
+                                  "updates; leave them out for this scheme")
             self.tasks = Tasks(self.delay, self.seed, plan.load)
             if self.workload is not None:
                 self.pending = self.workload.gradients(self.w, 0, range(plan.n_parts), plan.n_parts, plan.batch)
@@ -378,6 +399,8 @@ class SimulatedCluster(Driver):
         return rec
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
+        if self._deaths(t) is not None:
+            raise SimulationError(all_reduce_text(self.scheme, t, self.dead))
         start = self.clock
         micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan, self.links)
         end = self.clock = start + schedule.duration
