@@ -105,6 +105,8 @@ def run(argv: list[str] | None, job: _Job) -> bool:
     if comm.Get_rank() == 0:
         from .master import Master
 
+        if scheme.asynchronous:
+            from .async_master import AsyncMaster as Master
         job.driver = Master(comm, cfg, scheme, delay, workload, capacity, job.out, job.peers, faults)
         return job.driver.run()
     from .worker import Worker

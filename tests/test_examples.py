@@ -26,6 +26,7 @@ import codes_under_stragglers  # noqa: E402
 import codes_vs_dropping  # noqa: E402
 import dropcompute_scaling  # noqa: E402
 import order_statistics  # noqa: E402
+import sync_vs_async  # noqa: E402
 import tour  # noqa: E402
 
 
@@ -218,3 +219,15 @@ def test_regimes_sweep_spec_is_valid_and_a_reduced_cell_runs(tmp_path):
     assert len(rows) == 2 * 9
     sync = {r["delay.extra"]: float(r["mean_iteration_time"]) for r in rows if r["scheme"] == "sync"}
     assert sync["16.0"] > sync["0.0"]      # the added delay lengthens sync's iterations
+
+
+@pytest.mark.slow
+def test_sync_vs_async_staleness_and_step():
+    """Async's mean staleness is about n - 1 (n gradients in flight, one applied per update) and its maximum far
+    above under heavy tails; at the workload's step plain async goes nowhere while lr / staleness learns."""
+    rows = {r["scheme"]: r for r in sync_vs_async.compare((8,), [0], 60.0)}
+    for label in ("async", "async lr/staleness"):
+        assert rows[label]["mean_staleness"] == pytest.approx(7, rel=0.1)
+        assert rows[label]["max_staleness"] > 2 * 7
+    assert rows["sync"]["mean_staleness"] is None
+    assert rows["async lr/staleness"]["test_accuracy"] > rows["async"]["test_accuracy"] + 0.3

@@ -217,7 +217,7 @@ class Driver:
     def __init__(self, scheme: Scheme, workload, options: RunOptions):
         self.scheme, self.workload, self.options = scheme, workload, options
         self.n = scheme.n
-        self.iterations, self.loss_every = options.iterations, options.loss_every
+        self.iterations, self.loss_every = options.iterations * scheme.updates_per_iteration, options.loss_every
         self.eval_every = options.loss_every if options.eval_every is None else options.eval_every
         self.target_loss, self.time_budget = options.target_loss, options.time_budget
         self.target_accuracy = options.target_accuracy
@@ -303,6 +303,24 @@ class Driver:
             return gather_record(self.scheme, plan, it, start, end, ideal_end=ideal_end, combined=combined,
                                  loss=loss, grad_error=grad_error, measured=measured, state=state, metrics=metrics,
                                  d=None if self.w is None else self.w.size)
+        return self.record_later({"end": end, "loss": loss, **metrics}, fill)
+
+    def conclude_update(self, t: int, plan: Plan, start: float, end: float, *, ideal_end: float, worker: int,
+                        combined: Combined | None, truth: np.ndarray | None = None,
+                        **measured) -> dict[str, Any] | None:
+        """After an asynchronous update (:mod:`gradcode.clusters.asynchronous`), which applied ``worker``'s one
+        message: update, adapt, evaluate, and the record (one message, its load computed and used)."""
+        head = self._update_and_adapt(t, plan, start, end, combined, truth)
+        if head is None:
+            return None
+        loss, grad_error, metrics, state = head
+        load = float(plan.load[worker])
+
+        def fill() -> dict[str, Any]:
+            return build_record(self.scheme, t, start, end, ideal_end=ideal_end, responders=np.array([worker]),
+                                load=plan.load, messages=1, computed=load, wasted=0.0, combined=combined, loss=loss,
+                                grad_error=grad_error, measured={"used": load, **measured}, state=state,
+                                metrics=metrics)
         return self.record_later({"end": end, "loss": loss, **metrics}, fill)
 
     def record_later(self, head: dict[str, Any], fill: Callable[[], dict[str, Any]]) -> dict[str, Any]:

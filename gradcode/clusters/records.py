@@ -286,6 +286,19 @@ def divergence(records: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def iteration_durations(records: list[dict[str, Any]], updates: int = 1) -> np.ndarray:
+    """Each iteration's duration, ``end - start``; with ``updates > 1`` (an asynchronous scheme's ``n``, whose
+    record is one update) of each round of that many records, from its first one's start to its last one's end
+    (a last partial round is left out unless it is the only one): the work of a synchronous iteration."""
+    ends = np.array([r["end"] for r in records])
+    starts = np.array([r["start"] for r in records])
+    if updates <= 1:
+        return ends - starts
+    full = max(len(records) // updates, 1)
+    last = np.minimum(np.arange(1, full + 1) * updates, len(records)) - 1
+    return ends[last] - starts[np.arange(full) * updates]
+
+
 def summarize(records: list[dict[str, Any]], *, target_loss: float | None = None,
               target_accuracy: float | None = None, resolution: float = 0.0) -> dict[str, Any]:
     """Aggregate a run's records (never recomputes what the cluster measured). ``time_to_target``: the ``end`` of

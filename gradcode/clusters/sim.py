@@ -51,6 +51,7 @@ from ..schemes import Scheme
 from ..schemes._base import Combined, Plan, Received
 from ..spec import LATE_WORKERS, RunOptions
 from ..workloads import make_workload
+from .asynchronous import Tasks, next_update
 from .driver import (
     Driver,
     SimulationError,
@@ -108,7 +109,7 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
     if options.target_loss is not None and workload is None:
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
-    iterations, seed = options.iterations, options.seed
+    iterations, seed = options.iterations * scheme.updates_per_iteration, options.seed
     deaths = planned_deaths(options, scheme.n)
     scheme.bind(delay=delay)
     scheme.reset()
@@ -148,8 +149,8 @@ def _progress(enabled: bool, total: int):
 
 def _vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if (workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None
-            or options.network is not None):
+    if (workload is not None or scheme.decentralized or scheme.asynchronous or scheme.streams
+            or options.time_budget is not None or options.network is not None):
         return False
     plan = scheme.plan(0)
     if plan.chunked or late_rule(options.late_workers, plan) != "abandon":
@@ -178,7 +179,8 @@ def _finish_vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, late workers finish, one message per plan: the delays are drawn ahead, a block of iterations at
     a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load); the
     iterations themselves stay one after the other (a late worker begins when it is free)."""
-    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
+    if (workload is not None or scheme.decentralized or scheme.asynchronous or scheme.streams
+            or options.time_budget is not None):
         return False
     plan = scheme.plan(0)
     return not plan.chunked and late_rule(options.late_workers, plan) == "finish"
@@ -282,6 +284,8 @@ class SimulatedCluster(Driver):
         self.free = np.zeros(self.n)
         self._block: tuple | None = None     # (first t, load, compute, comm): the last draws (_draws)
         self.planned = planned_deaths(options, self.n)     # [faults]: {worker: the first plan it never takes}
+        self.tasks: Tasks | None = None      # an asynchronous scheme's tasks in flight, and their gradients
+        self.pending: np.ndarray | None = None
 
     def emit(self, rec: dict[str, Any]) -> None:
         if self.on_record is not None:
@@ -342,6 +346,8 @@ class SimulatedCluster(Driver):
         return dead
 
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
+        if self.scheme.asynchronous:
+            return self._update_async(t, plan)
         start = self.clock
         compute, comm = self._draws(t, plan.load)
         compute, comm = compute[0], comm[0]
@@ -367,6 +373,30 @@ class SimulatedCluster(Driver):
         measured.update(dead_field(self.dead))
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, it=it, combined=combined, truth=truth,
                                     **measured)
+
+    def _update_async(self, t: int, plan: Plan) -> dict[str, Any]:
+        """Update ``t`` of an asynchronous scheme (:mod:`gradcode.clusters.asynchronous`): the first acceptable
+        gradient in flight is applied, and its worker begins its next task on the new model at once."""
+        if self.tasks is None:     # every worker's task 0, on the initial model
+            if self.links is not None or self.planned:
+                raise ConfigError(f"{self.scheme.name}: [network] and [faults] are not modelled for asynchronous "
+                                  "updates; leave them out for this scheme")
+            self.tasks = Tasks(self.delay, self.seed, plan.load)
+            if self.workload is not None:
+                self.pending = self.workload.gradients(self.w, 0, range(plan.n_parts), plan.n_parts, plan.batch)
+        start = self.clock
+        i, end, _ = next_update(self.policy, plan, start, self.tasks)
+        task, begin = int(self.tasks.task[i]), float(self.tasks.begin[i])
+        self.scheme.accept(i, t)
+        combined = None if self.workload is None else self.scheme.combine_sum(self.pending[i], 1, plan)
+        self.clock = end
+        rec = self.conclude_update(t, plan, start, end, ideal_end=end, worker=i, combined=combined, task=task,
+                                   worker_begin=begin, worker_arrived=self.tasks.arrival(i))
+        self.scheme.hand_out(i, t + 1)
+        task = self.tasks.hand_out(i, end)
+        if self.workload is not None:     # its gradient on the model it was just sent, w_{t+1}
+            self.pending[i] = self.workload.gradients(self.w, task, [i], plan.n_parts, plan.batch)[0]
+        return rec
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
         if self._deaths(t) is not None:

@@ -31,7 +31,8 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
   exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
 - ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
   this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
-  cluster.
+  cluster. An asynchronous scheme's iteration times are of rounds of ``n`` updates (:func:`round_times`): ``n``
+  gradients, the work of a synchronous iteration.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clusters.records import summarize
+from ..clusters.records import iteration_durations, summarize
 from ..errors import ConfigError
 from ..network import describe_network
 from ..plumbing.registry import SCHEMES
@@ -217,6 +218,8 @@ def run_row(run: RunData) -> dict[str, Any]:
     """One summary row from a run's records (see the module docstring for the fields)."""
     meta, recs = run.meta, run.records
     s = summarize(recs, target_loss=meta.get("target_loss"), target_accuracy=meta.get("target_accuracy"))
+    if scheme_class(meta).asynchronous:
+        s.update(round_times(recs, meta.get("workers") or 1))
     per_unit, floats = meta.get("samples_per_unit"), meta.get("message_floats")
     ideal = s["ideal_total_time"]
     return {
@@ -239,6 +242,14 @@ def run_row(run: RunData) -> dict[str, Any]:
         "speedup_iteration": None, "speedup_target": None,
         "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],
     }
+
+
+def round_times(records: list[dict[str, Any]], n: int) -> dict[str, float]:
+    """An asynchronous scheme's iteration times: of each round of ``n`` updates (``n`` gradients, the work of a
+    synchronous iteration; :func:`gradcode.clusters.records.iteration_durations`)."""
+    rounds = iteration_durations(records, n)
+    return {"mean_iteration_time": float(rounds.mean()), "p50_iteration_time": float(np.percentile(rounds, 50)),
+            "p95_iteration_time": float(np.percentile(rounds, 95))}
 
 
 def scheme_class(meta: dict[str, Any]) -> type:

@@ -291,6 +291,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
     "anytime": "gradcode.schemes.anytime:Anytime",
     "comm_efficient": "gradcode.schemes.comm_efficient:CommEfficient",
+    "async_sgd": "gradcode.schemes.async_sgd:AsyncSGD",
 }, group="gradcode.schemes", positional=("n",))
 
 DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {

@@ -222,6 +222,9 @@ class Scheme:
     #: True if a worker may send several messages per plan (after chunks, :meth:`emits`), so that messages and
     #: workers differ. Its plans are ``chunked``.
     streams: ClassVar[bool] = False
+    #: True if every message is applied as it arrives, one update each, and only its worker gets the new model
+    #: (``async_sgd``): the cluster keeps each worker's gradient in flight (:mod:`gradcode.clusters.asynchronous`).
+    asynchronous: ClassVar[bool] = False
 
     def __init__(self, n: int, *, batch: int | None = None):
         self.n = check_int("n", n, low=1)
@@ -248,6 +251,13 @@ class Scheme:
         so (the report prints it next to the scheme); ``None`` when it is, or when it differs by design (a code's
         load ``s + 1``, adaptive_k_load's chosen batch), which is the method and not a setting."""
         return None
+
+    @property
+    def updates_per_iteration(self) -> int:
+        """Updates (records) a run makes per ``[run] iterations``: 1, except an asynchronous scheme's ``n``, whose
+        update applies one worker's gradient, so that ``iterations`` means the same work (``n`` gradients) for every
+        scheme and a comparison gives each the same samples."""
+        return self.n if self.asynchronous else 1
 
     def bind(self, *, delay=None) -> None:
         """Give the scheme what it may need from the cluster (the delay model, for schemes that plan with it)."""

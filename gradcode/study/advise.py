@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..clusters.records import iteration_durations
 from ..errors import ConfigError, GradcodeError
 from ..output.advice import LOWEST
 from ..spec import Spec, build, load_spec
@@ -39,7 +40,7 @@ DEFAULT_SEEDS = 5       # seeds when the spec names one: the spec's seed and the
 QUICK_SEEDS = 2
 
 FAMILIES = ("sync", "fastest_k", "backup", "adaptive_k", "adaptive_k_load", "coded", "partial_coded", "dropcompute",
-            "anytime")
+            "anytime", "async_sgd")
 
 
 def base_table(family: str, spec: Spec, workload) -> dict[str, Any]:
@@ -198,6 +199,8 @@ def grid(family: str, n: int, delay, quick: bool) -> list[dict[str, Any]]:
     if family in ("dropcompute", "anytime"):
         key = "tau" if family == "dropcompute" else "T"
         return [{key: t} for t in _limits(n, delay, (0.25, 0.5, 0.75))]
+    if family == "async_sgd":
+        return [{"step": "staleness"}]
     return []
 
 
@@ -320,9 +323,12 @@ def run_trial(cand: Candidate, spec: Spec, delay, workload, seeds: list[int], ta
         options = replace(spec.options, seed=seed, target_loss=target)
         result = simulate(scheme, delay, workload, options)
         recs, summary = result.records, result.summary
+        # an asynchronous scheme's iteration: n updates, the n gradients of a synchronous iteration
+        u = scheme.updates_per_iteration
+        step = summary["mean_iteration_time"] if u == 1 else float(iteration_durations(recs, u).mean())
         per_seed.append((summary.get("time_to_target") if summary.get("time_to_target") is not None else math.inf,
-                         len(recs), summary["mean_iteration_time"], summary["computed"] / len(recs),
-                         _floats(summary, scheme, workload) / len(recs)))
+                         len(recs) / u, step, summary["computed"] / len(recs) * u,
+                         _floats(summary, scheme, workload) / len(recs) * u))
         errors += [r["grad_error"] for r in recs if r.get("grad_error") is not None]
         residuals += [r["residual"] for r in recs if r.get("residual") is not None]
     cols = [np.array(c, dtype=float) for c in zip(*per_seed, strict=True)]
