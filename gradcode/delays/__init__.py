@@ -38,10 +38,11 @@ from .parametric import (
     LognormalDelay,
     NoDelay,
     ParetoDelay,
+    PlainLognormalDelay,
     ShiftedExponentialDelay,
 )
 from .trace import TraceDelay, shipped_traces
-from .wrappers import MixtureDelay, PersistentDelay, UnresponsiveDelay, Wrapper
+from .wrappers import MixtureDelay, PersistentDelay, SlowdownDelay, UnresponsiveDelay, Wrapper
 
 
 def list_delays() -> dict[str, str]:
@@ -73,6 +74,8 @@ __all__ = [
     "NoDelay",
     "ParetoDelay",
     "PersistentDelay",
+    "PlainLognormalDelay",
+    "SlowdownDelay",
     "ShiftedExponentialDelay",
     "StraggleDelay",
     "TraceDelay",

@@ -226,8 +226,12 @@ class LognormalDelay(DelayModel):
     """
 
     name = "lognormal"
-    description = "DropCompute noise: base * (1 + scale * X), X lognormal with mean 1 and sd 1"
+    description = ("DropCompute noise: base * (1 + scale * X), X lognormal with mean 1 and sd 1 (also named "
+                   "dropcompute_lognormal; a plain lognormal is plain_lognormal)")
     source = "[code]"
+    param_docs = {"base": "the noise-free unit time (> 0)", "scale": "weight of the noise X (> 0): E[U] = base (1 + scale)",
+                  "sd": "standard deviation of X (default 1); give sd or sigma, not both",
+                  "sigma": "log-scale of X: X = exp(sigma Z - sigma^2/2); give sd or sigma, not both"}
 
     def __init__(self, base: float = 1.0, scale: float = 0.5, sd: float | None = None, sigma: float | None = None,
                  *, comm: float = 0.0, comm_dist: str = "constant"):
@@ -276,6 +280,47 @@ class LognormalDelay(DelayModel):
 
     def _unit_mean(self):   # exact; scipy's loc + scale e^(sigma^2/2) rounds the e^(-sigma^2/2) of scale back
         return self.base * (1.0 + self.scale)
+
+
+class PlainLognormalDelay(DelayModel):
+    """A plain lognormal unit time: ``U = shift + exp(mu + sigma Z)``, ``Z ~ N(0, 1)``, so
+    ``E[U] = shift + exp(mu + sigma^2/2)`` and ``median(U) = shift + exp(mu)``. [derived]
+
+    Defaults ``mu = 0, sigma = 1, shift = 0``. (``lognormal`` is DropCompute's noise ``base (1 + scale X)``, also
+    registered as ``dropcompute_lognormal``.)
+
+    >>> from gradcode.delays import make_delay
+    >>> round(make_delay("plain_lognormal", mu=0.0, sigma=1.0).mean(), 6)
+    1.648721
+    """
+
+    name = "plain_lognormal"
+    description = "plain lognormal: shift + exp(mu + sigma Z), Z standard normal"
+    source = "[derived]"
+    param_docs = {"mu": "mean of log(U - shift)", "sigma": "standard deviation of log(U - shift) (> 0)",
+                  "shift": "smallest unit time (>= 0)"}
+
+    def __init__(self, mu: float = 0.0, sigma: float = 1.0, shift: float = 0.0, *, comm: float = 0.0,
+                 comm_dist: str = "constant"):
+        super().__init__(comm=comm, comm_dist=comm_dist)
+        self.mu = check_float("mu", mu)
+        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True, high=SIGMA_MAX)
+        self.shift = check_float("shift", shift, low=0.0)
+        self._params = {"mu": self.mu, "sigma": self.sigma, "shift": self.shift}
+
+    def _ppf(self, u):   # shift + exp(mu + sigma ndtri(u)), in place
+        z = scipy.special.ndtri(u, out=u)
+        z *= self.sigma
+        z += self.mu
+        np.exp(z, out=z)
+        z += self.shift
+        return z
+
+    def _scipy(self, stats):
+        return stats.lognorm(self.sigma, loc=self.shift, scale=math.exp(self.mu))
+
+    def _unit_mean(self):
+        return self.shift + math.exp(self.mu + 0.5 * self.sigma ** 2)
 
 
 class BimodalDelay(DelayModel):
