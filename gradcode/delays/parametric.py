@@ -229,7 +229,8 @@ class LognormalDelay(DelayModel):
     description = ("DropCompute noise: base * (1 + scale * X), X lognormal with mean 1 and sd 1 (also named "
                    "dropcompute_lognormal; a plain lognormal is plain_lognormal)")
     source = "[code]"
-    param_docs = {"base": "the noise-free unit time (> 0)", "scale": "weight of the noise X (> 0): E[U] = base (1 + scale)",
+    param_docs = {"base": "the noise-free unit time (> 0)",
+                  "scale": "weight of the noise X (> 0): E[U] = base (1 + scale)",
                   "sd": "standard deviation of X (default 1); give sd or sigma, not both",
                   "sigma": "log-scale of X: X = exp(sigma Z - sigma^2/2); give sd or sigma, not both"}
 

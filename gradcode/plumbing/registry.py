@@ -302,7 +302,8 @@ DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {
         "constant": "ConstantDelay", "none": "NoDelay", "shifted_exponential": "ShiftedExponentialDelay",
         "exponential": "ExponentialDelay", "pareto": "ParetoDelay", "lognormal": "LognormalDelay",
         "dropcompute_lognormal": "LognormalDelay", "plain_lognormal": "PlainLognormalDelay",
-        "slowdown": "SlowdownDelay", "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
+        "slowdown": "SlowdownDelay",
+        "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
         "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay",
         "straggle": "StraggleDelay", "heterogeneous": "HeterogeneousDelay"}.items()
 }, group="gradcode.delays")
