@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, check_float, check_int
-from .optim import OPTIMIZERS
+from .optim import OPTIMIZERS, LRSchedule
 from .plumbing.params import accepted_params
 from .plumbing.registry import SCHEMES, WORKLOADS, add_user_dirs
 
@@ -82,6 +82,11 @@ def _one_of(accepted: tuple[str, ...]):
     return check
 
 
+def _lr_schedule(key: str, value):
+    """A ``[run] lr_schedule`` checked now (:class:`gradcode.optim.LRSchedule`), kept as written: a name, or a table."""
+    return LRSchedule(value).spec["name"] if isinstance(value, str) else dict(LRSchedule(value).spec)
+
+
 def _momentum(key: str, value) -> float:
     value = check_float(key, value, low=0.0)
     if value >= 1.0:
@@ -101,7 +106,8 @@ class RunOptions:
     """
 
     iterations: int = _option(100, "number of iterations (int >= 1)", _int(1))
-    seed: int = _option(0, "seed of the delays, the data and the codes (int >= 0)", _int(0))
+    seed: int = _option(0, "seed of the delays, the mini-batches and the codes (int >= 0; [workload] seed draws "
+                           "the data)", _int(0))
     lr: float | None = _option(None, "step size (default: the workload's)", _float(0.0))
     target_loss: float | None = _option(None, "stop when the loss reaches this", _float())
     time_budget: float | None = _option(None, "stop when this much (virtual) time is spent", _float(0.0, low_open=True))
@@ -110,6 +116,9 @@ class RunOptions:
                                 table="cluster")
     optimizer: str = _option("sgd", "the update: 'sgd' (default), 'momentum' or 'nesterov'", _one_of(tuple(OPTIMIZERS)))
     momentum: float = _option(0.9, "momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", _momentum)
+    lr_schedule: Any = _option("constant", "'constant' (default), 'step', 'cosine', '1/t', or a table "
+                               "{name = \"step\", factor = 0.5, every = 100} ({name = \"1/t\", t0 = 10})",
+                               _lr_schedule)
     eval_every: int | None = _option(None, "held-out metrics every this many iterations (default: loss_every)", _int(1))
     target_accuracy: float | None = _option(None, "report the time to this held-out accuracy", _float(0.0))
     batch: int | None = _option(None, "samples per partition mini-batch (default: whole partition)", _int(1))

@@ -1,0 +1,75 @@
+"""The loss a relative target is measured from, computed once by a full-batch solver and cached per workload.
+
+- **Convex workloads** (logistic, softmax regression): ``optimal_loss = F(w*)`` with ``w*`` from L-BFGS
+  (:func:`scipy.optimize.minimize`) on the full-batch loss ``F`` and its gradient, started at ``init_params``.
+  ``F`` is strongly convex (``reg > 0``), so L-BFGS converges to the one minimum; the solver's residual
+  ``||grad F(w*)||`` is kept as ``optimal_residual`` (how far from stationary the reported optimum is).
+- **The mlp** (not convex): ``reference_loss``, the loss after a long full-batch L-BFGS run from ``init_params``
+  (:data:`REFERENCE_ITERATIONS` iterations). It is a *reference*, not an optimum: a different start or a longer
+  run may go lower, and a scheme's run may end below it.
+
+A solution is cached in this process by the workload's name and parameters when its data are generated from them
+(no ``data`` file, which may change on disk); every copy of the workload (``for_run``) shares it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+REFERENCE_ITERATIONS = 500     # the mlp's reference run (L-BFGS steps)
+_CACHE: dict[str, Solution] = {}
+
+
+@dataclass(frozen=True)
+class Solution:
+    """``loss = F(w)`` at the solver's last point ``w``; ``residual = ||grad F(w)||``; ``iterations`` it took."""
+
+    loss: float
+    residual: float
+    iterations: int
+
+
+def full_batch_minimum(workload, *, max_iter: int = 10_000) -> Solution:
+    """L-BFGS on ``F`` from ``workload.init_params()`` to a gradient norm of 1e-7 (or ``max_iter`` steps): for
+    ``F`` ``reg``-strongly convex, a loss within ``||g||^2 / (2 reg)`` of the optimum. Cached per workload spec
+    (see the module docstring)."""
+    import scipy.optimize  # slow to import: only when a target needs it
+
+    key = _key(workload, max_iter)
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
+    res = scipy.optimize.minimize(lambda w: (workload.loss(w), workload.full_gradient(w)),
+                                  np.asarray(workload.init_params(), dtype=float), jac=True, method="L-BFGS-B",
+                                  options={"maxiter": max_iter, "gtol": 1e-7, "ftol": 1e-15, "maxcor": 20})
+    solution = Solution(float(workload.loss(res.x)), float(np.linalg.norm(workload.full_gradient(res.x))),
+                        int(res.nit))
+    if key is not None:
+        _CACHE[key] = solution
+    return solution
+
+
+def _key(workload, max_iter: int) -> str | None:
+    params = getattr(workload, "params", None)
+    if not isinstance(params, dict) or params.get("data") is not None:
+        return None
+    try:
+        return json.dumps([type(workload).__qualname__, params, max_iter], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
+class SolvedOptimum:
+    """Mixin of a convex workload: ``optimal_loss`` and ``optimal_residual`` from :func:`full_batch_minimum`,
+    computed the first time they are asked for."""
+
+    @property
+    def optimal_loss(self) -> float:
+        return full_batch_minimum(self).loss
+
+    @property
+    def optimal_residual(self) -> float:
+        """``||grad F||`` at the point whose loss is ``optimal_loss``."""
+        return full_batch_minimum(self).residual
