@@ -54,18 +54,21 @@ def test_describe_says_what_every_delay_parameter_means():
 
 
 @pytest.mark.mpi
-def test_mpi_workers_draw_the_run_seeds_minibatches(tmp_path):
-    """Sync with mini-batches at run seed 3 (the workload's seed is 1): the MPI ranks draw the batches of the run
-    seed, as the simulator does, so the final models agree; the workload's own seed would give another model."""
+def test_mpi_workers_draw_the_run_seeds_minibatches_and_follow_the_lr_schedule(tmp_path):
+    """Sync with mini-batches at run seed 3 (the workload's seed is 1) and a step schedule: the MPI ranks draw the
+    batches of the run seed and the master steps by the schedule, as the simulator does, so the final models
+    agree; the workload's own seed would give another model."""
     from helpers import mpi_spec, run_mpi, simulate_spec
 
     spec = mpi_spec({"name": "sync", "batch": 4}, seed=3, iterations=6)
+    spec["run"]["lr_schedule"] = {"name": "step", "factor": 0.5, "every": 2}
     proc, out = run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
     sim = simulate_spec(spec)
     np.testing.assert_allclose(np.load(out / "params.npy"), sim.params, rtol=1e-9, atol=1e-12)
     own = simulate_spec({**spec, "run": {**spec["run"], "seed": spec["workload"]["seed"]}})
-    assert not np.allclose(own.params, sim.params)
+    constant = simulate_spec({**spec, "run": {**spec["run"], "lr_schedule": "constant"}})
+    assert not np.allclose(own.params, sim.params) and not np.allclose(constant.params, sim.params)
 
 
 def test_lr_schedules_follow_their_formulas_and_bad_ones_are_refused():
