@@ -87,6 +87,17 @@ def _lr_schedule(key: str, value):
     return LRSchedule(value).spec["name"] if isinstance(value, str) else dict(LRSchedule(value).spec)
 
 
+def _target(key: str, value):
+    """A loss target: a number, or ``{relative = G}`` with ``0 < G < 1`` (resolved against the workload when the
+    spec is loaded or the run starts: :func:`gradcode.workloads.optimum.resolve_target`)."""
+    if isinstance(value, dict):
+        if set(value) != {"relative"}:
+            raise ConfigError(f"{key} = {value!r}: accepted: a number, or {{relative = G}} with 0 < G < 1 (the "
+                              "fraction of the initial excess loss F(w0) - F* left)")
+        return {"relative": check_float(f"{key} relative", value["relative"], low=0.0, low_open=True, high=1.0)}
+    return check_float(key, value)
+
+
 def _momentum(key: str, value) -> float:
     value = check_float(key, value, low=0.0)
     if value >= 1.0:
@@ -109,7 +120,9 @@ class RunOptions:
     seed: int = _option(0, "seed of the delays, the mini-batches and the codes (int >= 0; [workload] seed draws "
                            "the data)", _int(0))
     lr: float | None = _option(None, "step size (default: the workload's)", _float(0.0))
-    target_loss: float | None = _option(None, "stop when the loss reaches this", _float())
+    target_loss: float | dict | None = _option(None, "stop when the loss reaches this: a number, or {relative = G}: "
+                                                     "F* + G (F(w0) - F*), F* the workload's optimal loss",
+                                               _target)
     time_budget: float | None = _option(None, "stop when this much (virtual) time is spent", _float(0.0, low_open=True))
     loss_every: int = _option(1, "evaluate the full loss every this many iterations", _int(1))
     late_workers: str = _option("finish", "'finish', 'abandon' or 'between_chunks'", _one_of(LATE_WORKERS),
@@ -302,6 +315,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                 options=options)
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
     _check_against_workload(options, workload)
+    if isinstance(options.target_loss, dict):     # {relative = G}: a number from here on (reports, every rank)
+        from .workloads.optimum import resolve_target
+
+        spec = replace(spec, options=replace(options, target_loss=resolve_target(options.target_loss, workload)))
     _check_other_delays(spec)
     return spec, workload
 

@@ -101,3 +101,24 @@ def test_convex_workloads_know_their_optimal_loss():
     for _ in range(300):
         w = w - lg.lr * lg.full_gradient(w)
     assert lg.optimal_loss - 1e-9 <= lg.loss(w) < lg.optimal_loss + 1e-3     # within the solver's residual
+
+
+def test_a_relative_target_is_measured_from_the_optimum():
+    from gradcode.errors import ConfigError
+    from gradcode.spec import load_spec
+    from gradcode.workloads.optimum import resolve_target
+
+    spec = {"cluster": {"workers": 4}, "workload": {"name": "logistic", "n_samples": 300, "dim": 5},
+            "delay": {"name": "constant"}, "scheme": {"name": "sync"},
+            "run": {"iterations": 400, "target_loss": {"relative": 0.01}}}
+    s = load_spec(spec)
+    wl = make_workload(spec["workload"])
+    start = wl.loss(wl.init_params())
+    assert s.options.target_loss == pytest.approx(wl.optimal_loss + 0.01 * (start - wl.optimal_loss))
+    res = simulate(make_scheme("sync", n=4), "constant", wl, iterations=400, target_loss={"relative": 0.01})
+    assert res.records[-1]["loss"] <= s.options.target_loss < res.records[-2]["loss"]   # stopped there
+    for bad in ({"relative": 1.5}, {"gap": 0.1}):
+        with pytest.raises(ConfigError, match="target_loss"):
+            load_spec({**spec, "run": {"target_loss": bad}})
+    with pytest.raises(ConfigError, match="relative target"):    # a workload with no optimum known
+        resolve_target({"relative": 0.1}, object())

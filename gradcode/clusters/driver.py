@@ -25,6 +25,7 @@ from ..optim import LRSchedule, Optimizer
 from ..schemes._base import Combined, Plan, Schedule, Scheme, as_received
 from ..spec import RunOptions
 from ..workloads._base import run_workload
+from ..workloads.optimum import resolve_target
 from .iteration import Iteration
 from .records import HELDOUT_KEYS, build_record, summarize, work_fields
 
@@ -203,7 +204,8 @@ class Driver:
         self.n = scheme.n
         self.iterations, self.loss_every = options.iterations, options.loss_every
         self.eval_every = options.loss_every if options.eval_every is None else options.eval_every
-        self.target_loss, self.time_budget = options.target_loss, options.time_budget
+        self.target_loss = resolve_target(options.target_loss, self.workload)   # {relative = G}: F* + G (F0 - F*)
+        self.time_budget = options.time_budget
         self.target_accuracy = options.target_accuracy
         self.lr = default_lr(options.lr, workload)
         self.lr_given = options.lr is not None     # else a scheme with small batches steps by them (_update)

@@ -73,3 +73,27 @@ class SolvedOptimum:
     def optimal_residual(self) -> float:
         """``||grad F||`` at the point whose loss is ``optimal_loss``."""
         return full_batch_minimum(self).residual
+
+
+def reference_of(workload) -> tuple[float, str] | None:
+    """``(F*, what it is)``: the workload's ``optimal_loss``, else its ``reference_loss`` (the mlp), else None."""
+    optimum = getattr(workload, "optimal_loss", None)
+    if optimum is not None:
+        return float(optimum), "optimal loss"
+    reference = getattr(workload, "reference_loss", None)
+    return None if reference is None else (float(reference), "reference loss (a long full-batch run, not an optimum)")
+
+
+def resolve_target(target, workload):
+    """``[run] target_loss`` as a number: a number as is; ``{relative = G}`` is ``F* + G (F(w0) - F*)`` with ``F*``
+    from :func:`reference_of` and ``w0 = init_params()``; a :class:`ConfigError` if the workload has no ``F*``."""
+    if not isinstance(target, dict):
+        return target
+    from ..errors import ConfigError
+
+    found = None if workload is None else reference_of(workload)
+    if found is None:
+        raise ConfigError(f"[run] target_loss = {target!r}: a relative target needs a workload that knows its optimal "
+                          "or reference loss (least_squares, logistic, softmax_digits, mlp); give a number instead")
+    optimum, start = found[0], float(workload.loss(workload.init_params()))
+    return optimum + target["relative"] * (start - optimum)
