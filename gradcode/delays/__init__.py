@@ -34,6 +34,7 @@ from .added import HeterogeneousDelay, StraggleDelay
 from .parametric import (
     BimodalDelay,
     ConstantDelay,
+    DropComputeLognormalDelay,
     ExponentialDelay,
     LognormalDelay,
     NoDelay,
@@ -66,6 +67,7 @@ def make_delay(name, **params) -> DelayModel:
 __all__ = [
     "BimodalDelay",
     "ConstantDelay",
+    "DropComputeLognormalDelay",
     "DelayModel",
     "ExponentialDelay",
     "HeterogeneousDelay",

@@ -283,6 +283,12 @@ class LognormalDelay(DelayModel):
         return self.base * (1.0 + self.scale)
 
 
+class DropComputeLognormalDelay(LognormalDelay):
+    """``lognormal`` under the name that says what it is: DropCompute's noise ``base (1 + scale X)``."""
+
+    name = "dropcompute_lognormal"
+
+
 class PlainLognormalDelay(DelayModel):
     """A plain lognormal unit time: ``U = shift + exp(mu + sigma Z)``, ``Z ~ N(0, 1)``, so
     ``E[U] = shift + exp(mu + sigma^2/2)`` and ``median(U) = shift + exp(mu)``. [derived]

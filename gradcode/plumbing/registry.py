@@ -301,7 +301,7 @@ DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {
     name: f"gradcode.delays:{cls}" for name, cls in {
         "constant": "ConstantDelay", "none": "NoDelay", "shifted_exponential": "ShiftedExponentialDelay",
         "exponential": "ExponentialDelay", "pareto": "ParetoDelay", "lognormal": "LognormalDelay",
-        "dropcompute_lognormal": "LognormalDelay", "plain_lognormal": "PlainLognormalDelay",
+        "dropcompute_lognormal": "DropComputeLognormalDelay", "plain_lognormal": "PlainLognormalDelay",
         "slowdown": "SlowdownDelay",
         "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
         "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay",

@@ -225,7 +225,7 @@ class Workload:
         """This workload with its mini-batches drawn from the run's ``seed``: the same data (a shallow copy shares
         every array), ``batch_j(t)`` a pure function of ``(seed, t, j, n_parts)``. A run seed equal to the
         workload's ``seed`` draws the mini-batches a workload used on its own draws."""
-        if seed == (self.seed if self.batch_seed is None else self.batch_seed):
+        if seed == (getattr(self, "seed", None) if self.batch_seed is None else self.batch_seed):
             return self
         run = copy.copy(self)
         run.batch_seed = int(seed)
