@@ -122,3 +122,17 @@ def test_a_relative_target_is_measured_from_the_optimum():
             load_spec({**spec, "run": {"target_loss": bad}})
     with pytest.raises(ConfigError, match="relative target"):    # a workload with no optimum known
         resolve_target({"relative": 0.1}, object())
+
+
+def test_an_optimum_is_solved_once_and_read_back_from_the_cache_file(tmp_path, monkeypatch):
+    import scipy.optimize
+
+    from gradcode.workloads import optimum
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(optimum, "_CACHE", {})
+    first = make_workload("logistic", n_samples=200, dim=4, seed=9).optimal_loss
+    assert len(list((tmp_path / "gradcode" / "optimum").glob("*.json"))) == 1
+    monkeypatch.setattr(optimum, "_CACHE", {})                       # another process: only the file is left
+    monkeypatch.setattr(scipy.optimize, "minimize", lambda *a, **k: pytest.fail("solved again"))
+    assert make_workload("logistic", n_samples=200, dim=4, seed=9).optimal_loss == first

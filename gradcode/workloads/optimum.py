@@ -8,19 +8,25 @@
   (:data:`REFERENCE_ITERATIONS` iterations). It is a *reference*, not an optimum: a different start or a longer
   run may go lower, and a scheme's run may end below it.
 
-A solution is cached in this process by the workload's name and parameters when its data are generated from them
-(no ``data`` file, which may change on disk); every copy of the workload (``for_run``) shares it.
+A solution is cached by the workload's class and parameters when its data are generated from them (no ``data``
+file, which may change on disk): in this process, and as a small JSON file under ``$XDG_CACHE_HOME/gradcode/optimum``
+(default ``~/.cache``; ``GRADCODE_CACHE=0`` turns the file cache off), so another process (every MPI rank, the next
+command) reads it instead of solving again (the softmax digits take seconds, the mlp's reference tens of seconds).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
 REFERENCE_ITERATIONS = 500     # the mlp's reference run (L-BFGS steps)
 _CACHE: dict[str, Solution] = {}
+_SOLVER = "L-BFGS-B gtol 1e-7 v1"   # part of every cache key: a changed solver never reads an old file
 
 
 @dataclass(frozen=True)
@@ -33,14 +39,18 @@ class Solution:
 
 
 def full_batch_minimum(workload, *, max_iter: int = 10_000) -> Solution:
-    """L-BFGS on ``F`` from ``workload.init_params()`` to a gradient norm of 1e-7 (or ``max_iter`` steps): for
-    ``F`` ``reg``-strongly convex, a loss within ``||g||^2 / (2 reg)`` of the optimum. Cached per workload spec
-    (see the module docstring)."""
+    """L-BFGS on ``F`` from ``workload.init_params()`` until no gradient component exceeds 1e-7 (or ``max_iter``
+    steps): for ``F`` ``reg``-strongly convex, a loss within ``||g||^2 / (2 reg)`` of the optimum. Cached per
+    workload spec (see the module docstring)."""
     import scipy.optimize  # slow to import: only when a target needs it
 
     key = _key(workload, max_iter)
     if key is not None and key in _CACHE:
         return _CACHE[key]
+    stored = _read(key)
+    if stored is not None:
+        _CACHE[key] = stored
+        return stored
     res = scipy.optimize.minimize(lambda w: (workload.loss(w), workload.full_gradient(w)),
                                   np.asarray(workload.init_params(), dtype=float), jac=True, method="L-BFGS-B",
                                   options={"maxiter": max_iter, "gtol": 1e-7, "ftol": 1e-15, "maxcor": 20})
@@ -48,7 +58,37 @@ def full_batch_minimum(workload, *, max_iter: int = 10_000) -> Solution:
                         int(res.nit))
     if key is not None:
         _CACHE[key] = solution
+        _write(key, solution)
     return solution
+
+
+def _file(key: str) -> Path | None:
+    if os.environ.get("GRADCODE_CACHE") == "0":
+        return None
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "gradcode" / "optimum" / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+
+def _read(key: str | None) -> Solution | None:
+    path = None if key is None else _file(key)
+    try:
+        entry = json.loads(path.read_text()) if path is not None and path.is_file() else None
+        return Solution(**entry["solution"]) if entry and entry.get("key") == key else None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None      # unreadable or from another version: solve again
+
+
+def _write(key: str, solution: Solution) -> None:
+    path = _file(key)
+    if path is None:
+        return
+    try:              # written whole then renamed: a rank reading at the same time sees all of it or nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "solution": asdict(solution)}))
+        tmp.replace(path)
+    except OSError:
+        pass              # a read-only home: the in-process cache still holds it
 
 
 def _key(workload, max_iter: int) -> str | None:
@@ -56,7 +96,7 @@ def _key(workload, max_iter: int) -> str | None:
     if not isinstance(params, dict) or params.get("data") is not None:
         return None
     try:
-        return json.dumps([type(workload).__qualname__, params, max_iter], sort_keys=True)
+        return json.dumps([_SOLVER, type(workload).__qualname__, params, max_iter], sort_keys=True)
     except (TypeError, ValueError):
         return None
 
