@@ -151,6 +151,9 @@ class HeterogeneousDelay(Wrapper):
     """
 
     name = "heterogeneous"
+    param_docs = {"base": "the model of one unit of work: a name or a table {name = ..., ...}",
+                  "speeds": "a list of n speed factors (2: twice as fast), or a distribution's inline table "
+                            "{name = \"lognormal\", base = 0.5, scale = 1} drawn once per worker and seed"}
     description = "wraps base: per-worker speed factors (a list, or drawn once per run)"
     source = "[derived]"
 

@@ -30,6 +30,7 @@ class ConstantDelay(DelayModel):
     """
 
     name = "constant"
+    param_docs = {"value": "every unit of work takes this long (>= 0)"}
     description = "deterministic unit time `value` (tests, baselines)"
 
     def __init__(self, value: float = 1.0, *, comm: float = 0.0, comm_dist: str = "constant"):
@@ -96,6 +97,8 @@ class ShiftedExponentialDelay(DelayModel):
     """
 
     name = "shifted_exponential"
+    param_docs = {"a": "the shift: the fastest a unit of work can take (>= 0)",
+                  "mu": "rate of the exponential part (> 0): mean a + 1/mu"}
     description = "unit time a + Exp(1)/mu (standard in coded computing)"
     source = "[paper]"
 
@@ -136,6 +139,8 @@ class ExponentialDelay(ShiftedExponentialDelay):
     """
 
     name = "exponential"
+    param_docs = {"mu": "the rate (> 0): mean 1/mu (default 1)",
+                  "mean": "the mean 1/mu instead of mu"}
     description = "unit time Exp(mu) (mean 1/mu; or give mean)"
 
     def __init__(self, mu: float | None = None, mean: float | None = None, *, comm: float = 0.0,
@@ -162,6 +167,8 @@ class ParetoDelay(DelayModel):
     """
 
     name = "pareto"
+    param_docs = {"alpha": "tail index (> 0): P(U > x) = (t_m/x)^alpha; infinite mean for alpha <= 1",
+                  "t_m": "the scale: the smallest unit time (> 0)"}
     description = "heavy-tailed unit time, P(U > x) = (t_m/x)^alpha"
     source = "[recalled]"
 
@@ -342,6 +349,9 @@ class BimodalDelay(DelayModel):
     """
 
     name = "bimodal"
+    param_docs = {"p": "probability of the slow value, in [0, 1]",
+                  "kappa": "how many times slower the slow value is (> 0)",
+                  "base": "the fast value (> 0)"}
     description = "base, or kappa*base with probability p (fit of the SE trace)"
     source = "[derived]"
 

@@ -383,6 +383,8 @@ class UnresponsiveDelay(Wrapper):
     """
 
     name = "unresponsive"
+    param_docs = {"base": "the model of the responsive workers: a name or a table {name = ..., ...}",
+                  "workers": "list of worker indices that never answer, e.g. [2]"}
     description = "wraps base: the listed workers never answer (compute = inf)"
     source = "[derived]"
 
