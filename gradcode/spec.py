@@ -46,7 +46,7 @@ from typing import Any
 
 from .deaths import FAULT_KEYS, check_die, check_die_random, planned_deaths
 from .errors import ConfigError, check_float, check_int
-from .optim import OPTIMIZERS
+from .optim import OPTIMIZERS, LRSchedule
 from .plumbing.params import accepted_params
 from .plumbing.registry import SCHEMES, WORKLOADS, add_user_dirs
 
@@ -90,6 +90,22 @@ def _one_of(accepted: tuple[str, ...]):
     return check
 
 
+def _lr_schedule(key: str, value):
+    """A ``[run] lr_schedule`` checked now (:class:`gradcode.optim.LRSchedule`), kept as written: a name, or a table."""
+    return LRSchedule(value).spec["name"] if isinstance(value, str) else dict(LRSchedule(value).spec)
+
+
+def _target(key: str, value):
+    """A loss target: a number, or ``{relative = G}`` with ``0 < G < 1`` (resolved against the workload when the
+    spec is loaded or the run starts: :func:`gradcode.workloads.optimum.resolve_target`)."""
+    if isinstance(value, dict):
+        if set(value) != {"relative"}:
+            raise ConfigError(f"{key} = {value!r}: accepted: a number, or {{relative = G}} with 0 < G < 1 (the "
+                              "fraction of the initial excess loss F(w0) - F* left)")
+        return {"relative": check_float(f"{key} relative", value["relative"], low=0.0, low_open=True, high=1.0)}
+    return check_float(key, value)
+
+
 def _momentum(key: str, value) -> float:
     value = check_float(key, value, low=0.0)
     if value >= 1.0:
@@ -109,15 +125,21 @@ class RunOptions:
     """
 
     iterations: int = _option(100, "number of iterations (int >= 1)", _int(1))
-    seed: int = _option(0, "seed of the delays, the data and the codes (int >= 0)", _int(0))
+    seed: int = _option(0, "seed of the delays, the mini-batches and the codes (int >= 0; [workload] seed draws "
+                           "the data)", _int(0))
     lr: float | None = _option(None, "step size (default: the workload's)", _float(0.0))
-    target_loss: float | None = _option(None, "stop when the loss reaches this", _float())
+    target_loss: float | dict | None = _option(None, "stop when the loss reaches this: a number, or {relative = G}: "
+                                                     "F* + G (F(w0) - F*), F* the workload's optimal loss",
+                                               _target)
     time_budget: float | None = _option(None, "stop when this much (virtual) time is spent", _float(0.0, low_open=True))
     loss_every: int = _option(1, "evaluate the full loss every this many iterations", _int(1))
     late_workers: str = _option("finish", "'finish', 'abandon' or 'between_chunks'", _one_of(LATE_WORKERS),
                                 table="cluster")
     optimizer: str = _option("sgd", "the update: 'sgd' (default), 'momentum' or 'nesterov'", _one_of(tuple(OPTIMIZERS)))
     momentum: float = _option(0.9, "momentum mu of 'momentum' and 'nesterov', in [0, 1) (default 0.9)", _momentum)
+    lr_schedule: Any = _option("constant", "'constant' (default), 'step', 'cosine', '1/t', or a table "
+                               "{name = \"step\", factor = 0.5, every = 100} ({name = \"1/t\", t0 = 10})",
+                               _lr_schedule)
     eval_every: int | None = _option(None, "held-out metrics every this many iterations (default: loss_every)", _int(1))
     target_accuracy: float | None = _option(None, "report the time to this held-out accuracy", _float(0.0))
     batch: int | None = _option(None, "samples per partition mini-batch (default: whole partition)", _int(1))
@@ -314,6 +336,10 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
     _check_against_workload(options, workload)
     _check_network(options, spec.workers, workload)
+    if isinstance(options.target_loss, dict):     # {relative = G}: a number from here on (reports, every rank)
+        from .workloads.optimum import resolve_target
+
+        spec = replace(spec, options=replace(options, target_loss=resolve_target(options.target_loss, workload)))
     _check_other_delays(spec)
     return spec, workload
 

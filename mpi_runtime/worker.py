@@ -41,6 +41,7 @@ from mpi4py import MPI
 
 from gradcode.clusters.driver import late_rule
 from gradcode.schemes._base import Plan
+from gradcode.workloads._base import run_workload
 
 from . import protocol as P
 from .config import RunConfig
@@ -100,7 +101,8 @@ class _Job:
 class Worker:
     def __init__(self, comm: MPI.Comm, cfg: RunConfig, scheme, delay, workload, capacity: int, peers: Peers,
                  faults: Faults):
-        self.cfg, self.scheme, self.delay, self.workload = cfg, scheme, delay, workload
+        self.cfg, self.scheme, self.delay = cfg, scheme, delay
+        self.workload = run_workload(workload, cfg.options.seed)    # mini-batches as the master's Driver draws them
         self.peers, self.faults = peers, faults
         self.i = comm.Get_rank() - 1
         self.n = cfg.workers

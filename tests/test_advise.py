@@ -69,7 +69,6 @@ def test_the_words_carry_the_tables_numbers(tiny_advice, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     (lambda s: s.pop("workload"), "needs a [workload]"),
-    (lambda s: s.update(workload={"name": "logistic", "n_samples": 60, "dim": 3}), "set [run] target_loss"),
     (lambda s: s.update(delays=[dict(s.pop("delay"), label="a"), {"name": "pareto", "label": "b"}]),
      "one delay model"),
 ])
@@ -78,6 +77,14 @@ def test_bad_specs_are_refused_before_any_work(change, message):
     change(spec)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         advise(spec)
+
+
+def test_a_workload_without_an_optimum_needs_a_target_loss():
+    """Every shipped workload knows F* (or the mlp's reference loss); a workload that does not is asked for one."""
+    from gradcode.study.advise import target_of
+
+    with pytest.raises(ConfigError, match=r"set \[run\] target_loss"):
+        target_of(load_spec(copy.deepcopy(TINY)), object())
 
 
 def test_command_line_errors(tmp_path, capsys):

@@ -26,6 +26,8 @@ IID_SPECS = [
     {"name": "shifted_exponential", "comm": 0.5, "comm_dist": "exponential"},
     {"name": "lognormal", "comm": 0.3, "comm_dist": "exponential"},
     {"name": "bimodal", "comm": 0.2},
+    {"name": "plain_lognormal", "mu": -0.5, "sigma": 0.8, "shift": 0.5},
+    {"name": "slowdown", "base": "exponential", "factor": 4.0, "p": 0.2},
     {"name": "unresponsive", "base": "exponential", "workers": [0, 3]},
 ]
 # models with a fixed random slow set: Monte Carlo over seeds (the i.i.d. view is exact on average over seeds)
@@ -370,7 +372,8 @@ def test_trace_from_path_and_bad_file(tmp_path):
 def test_registry_and_specs_round_trip():
     names = list_delays()
     assert set(names) == {"shifted_exponential", "exponential", "pareto", "lognormal", "bimodal", "constant",
-                          "persistent", "mixture", "unresponsive", "trace", "straggle", "heterogeneous", "none"}
+                          "persistent", "mixture", "unresponsive", "trace", "straggle", "heterogeneous", "none",
+                          "dropcompute_lognormal", "plain_lognormal", "slowdown"}
     assert all(isinstance(v, str) and v for v in names.values())
     assert set(shipped_traces()) == {"bytedance-SE", "bytedance-AR", "bytedance-ST"}
     for spec in ALL_SPECS:

@@ -24,9 +24,11 @@ import numpy as np
 from ..deaths import deaths_summary, unmet_text
 from ..errors import GradcodeError
 from ..network import Links, bind
-from ..optim import Optimizer
+from ..optim import LRSchedule, Optimizer
 from ..schemes._base import Combined, Plan, Received, Schedule, Scheme, as_received
 from ..spec import RunOptions
+from ..workloads._base import run_workload
+from ..workloads.optimum import resolve_target
 from .iteration import Iteration, emit_table
 from .records import HELDOUT_KEYS, build_record, summarize, work_fields
 
@@ -215,15 +217,19 @@ class Driver:
     resolution = 0.0    # ideal times up to this (record time units) have no overhead ratio (overhead_ratios)
 
     def __init__(self, scheme: Scheme, workload, options: RunOptions):
-        self.scheme, self.workload, self.options = scheme, workload, options
+        # the run's seed draws the mini-batches (the workload's own seed keeps drawing its data)
+        self.scheme, self.workload, self.options = scheme, run_workload(workload, options.seed), options
         self.n = scheme.n
         self.iterations, self.loss_every = options.iterations * scheme.updates_per_iteration, options.loss_every
         self.eval_every = options.loss_every if options.eval_every is None else options.eval_every
-        self.target_loss, self.time_budget = options.target_loss, options.time_budget
+        self.target_loss = resolve_target(options.target_loss, self.workload)   # {relative = G}: F* + G (F0 - F*)
+        self.time_budget = options.time_budget
         self.target_accuracy = options.target_accuracy
         self.lr = default_lr(options.lr, workload)
         self.lr_given = options.lr is not None     # else a scheme with small batches steps by them (_update)
         self.optimizer = Optimizer(options.optimizer, options.momentum)
+        self.schedule = LRSchedule(options.lr_schedule)
+        self.lr_t = self.lr         # this iteration's step: lr times the schedule's multiplier (_update)
         self.w = None if workload is None else np.array(workload.init_params(), dtype=float)
         self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
         self.policy = StopPolicy(scheme)
@@ -360,17 +366,19 @@ class Driver:
                             metrics=metrics)
 
     def _update(self, t: int, plan: Plan, combined: Combined | None, truth: np.ndarray | None):
-        """The optimizer's step ``w -= lr * s`` (:mod:`gradcode.optim`; ``s = g`` for plain gradient descent);
+        """The optimizer's step ``w -= lr(t) * s`` (:mod:`gradcode.optim`; ``s = g`` for plain gradient descent;
+        ``lr(t) = lr * multiplier(t)`` of ``[run] lr_schedule``);
         returns ``(loss, grad_error, held-out metrics)`` ((None, None, {}) in a timing-only run)."""
         if combined is None:
             return None, None, {}
         batch = None if self.lr_given else self.scheme.effective_batch()
         if batch is not None:      # the default step of this iteration's mini-batch (Workload.batch_lr)
             self.lr = self.workload.batch_lr(batch)
+        self.lr_t = self.lr * self.schedule.multiplier(t, self.iterations)
         g = combined.gradient
         step = self.optimizer.direction(g)
         result = self.evaluate(t, plan, g, truth, step)
-        self.w -= self.lr * step     # in place: no new model-sized array per iteration
+        self.w -= self.lr_t * step     # in place: no new model-sized array per iteration
         return result
 
     def evaluate(self, t: int, plan: Plan, g: np.ndarray, truth: np.ndarray | None, step: np.ndarray | None = None):
@@ -387,7 +395,7 @@ class Driver:
             truth = self.workload.gradients(self.w, t, range(plan.n_parts), plan.n_parts, plan.batch).sum(axis=0)
         grad_error = None if truth is None else relative_error(g, truth)
         with_test = self.heldout and evaluates_loss(t, self.iterations, self.eval_every)
-        after = self.w - self.lr * step if with_loss or with_test else None
+        after = self.w - self.lr_t * step if with_loss or with_test else None
         metrics = {}
         if self.heldout:
             metrics = dict.fromkeys(HELDOUT_KEYS)

@@ -34,14 +34,16 @@ from .added import HeterogeneousDelay, StraggleDelay
 from .parametric import (
     BimodalDelay,
     ConstantDelay,
+    DropComputeLognormalDelay,
     ExponentialDelay,
     LognormalDelay,
     NoDelay,
     ParetoDelay,
+    PlainLognormalDelay,
     ShiftedExponentialDelay,
 )
 from .trace import TraceDelay, shipped_traces
-from .wrappers import MixtureDelay, PersistentDelay, UnresponsiveDelay, Wrapper
+from .wrappers import MixtureDelay, PersistentDelay, SlowdownDelay, UnresponsiveDelay, Wrapper
 
 
 def list_delays() -> dict[str, str]:
@@ -65,6 +67,7 @@ def make_delay(name, **params) -> DelayModel:
 __all__ = [
     "BimodalDelay",
     "ConstantDelay",
+    "DropComputeLognormalDelay",
     "DelayModel",
     "ExponentialDelay",
     "HeterogeneousDelay",
@@ -73,6 +76,8 @@ __all__ = [
     "NoDelay",
     "ParetoDelay",
     "PersistentDelay",
+    "PlainLognormalDelay",
+    "SlowdownDelay",
     "ShiftedExponentialDelay",
     "StraggleDelay",
     "TraceDelay",

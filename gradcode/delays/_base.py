@@ -59,6 +59,11 @@ class DelayModel:
     description: ClassVar[str] = ""
     source: ClassVar[str] = ""
     injects: ClassVar[bool] = True    # False: natural timing (``none``), MPI workers wait out nothing
+    # what each constructor parameter means, shown by ``gradcode describe`` (merged over the bases)
+    param_docs: ClassVar[dict[str, str]] = {
+        "comm": "mean communication time added to every worker's time (0: none)",
+        "comm_dist": "shape of the communication time: a name (constant, exponential, pareto, lognormal, ...) or "
+                     "an inline table {name = \"pareto\", alpha = 2}, scaled to mean comm"}
 
     def __init__(self, *, comm: float = 0.0, comm_dist: str | dict = "constant"):
         self._cd: Term = make_comm(comm, comm_dist)   # the communication term (see ._comm)

@@ -21,6 +21,7 @@ STREAM_MICRO = 3
 STREAM_MIXTURE = 4
 STREAM_PERSISTENT = 5
 STREAM_TRACE = 6
+STREAM_SLOWDOWN = 10   # added.py holds 7-9
 
 
 def uniforms(seed: int, t_arr: np.ndarray, stream: int, path: tuple, shape: tuple) -> np.ndarray:

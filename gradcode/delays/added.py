@@ -52,6 +52,12 @@ class StraggleDelay(Wrapper):
     """
 
     name = "straggle"
+    param_docs = {"base": "the model of the work: a name or a table {name = ..., ...} (default constant)",
+                  "count": "exactly this many workers straggle each iteration (a random subset)",
+                  "p": "each worker straggles independently with probability p",
+                  "workers": "a fixed list of straggling worker indices, e.g. [0, 3]",
+                  "extra": "time a straggler adds: a number, or a distribution's inline table "
+                           "{name = \"exponential\", mean = 3}, drawn per (t, i)"}
     description = "wraps base: count / p / listed workers get an added time extra, independent of load"
     source = "[paper: Tandon et al. 2017]"
 
@@ -145,6 +151,9 @@ class HeterogeneousDelay(Wrapper):
     """
 
     name = "heterogeneous"
+    param_docs = {"base": "the model of one unit of work: a name or a table {name = ..., ...}",
+                  "speeds": "a list of n speed factors (2: twice as fast), or a distribution's inline table "
+                            "{name = \"lognormal\", base = 0.5, scale = 1} drawn once per worker and seed"}
     description = "wraps base: per-worker speed factors (a list, or drawn once per run)"
     source = "[derived]"
 

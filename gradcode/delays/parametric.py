@@ -30,6 +30,7 @@ class ConstantDelay(DelayModel):
     """
 
     name = "constant"
+    param_docs = {"value": "every unit of work takes this long (>= 0)"}
     description = "deterministic unit time `value` (tests, baselines)"
 
     def __init__(self, value: float = 1.0, *, comm: float = 0.0, comm_dist: str = "constant"):
@@ -96,6 +97,8 @@ class ShiftedExponentialDelay(DelayModel):
     """
 
     name = "shifted_exponential"
+    param_docs = {"a": "the shift: the fastest a unit of work can take (>= 0)",
+                  "mu": "rate of the exponential part (> 0): mean a + 1/mu"}
     description = "unit time a + Exp(1)/mu (standard in coded computing)"
     source = "[paper]"
 
@@ -136,6 +139,8 @@ class ExponentialDelay(ShiftedExponentialDelay):
     """
 
     name = "exponential"
+    param_docs = {"mu": "the rate (> 0): mean 1/mu (default 1)",
+                  "mean": "the mean 1/mu instead of mu"}
     description = "unit time Exp(mu) (mean 1/mu; or give mean)"
 
     def __init__(self, mu: float | None = None, mean: float | None = None, *, comm: float = 0.0,
@@ -162,6 +167,8 @@ class ParetoDelay(DelayModel):
     """
 
     name = "pareto"
+    param_docs = {"alpha": "tail index (> 0): P(U > x) = (t_m/x)^alpha; infinite mean for alpha <= 1",
+                  "t_m": "the scale: the smallest unit time (> 0)"}
     description = "heavy-tailed unit time, P(U > x) = (t_m/x)^alpha"
     source = "[recalled]"
 
@@ -226,8 +233,13 @@ class LognormalDelay(DelayModel):
     """
 
     name = "lognormal"
-    description = "DropCompute noise: base * (1 + scale * X), X lognormal with mean 1 and sd 1"
+    description = ("DropCompute noise: base * (1 + scale * X), X lognormal with mean 1 and sd 1 (also named "
+                   "dropcompute_lognormal; a plain lognormal is plain_lognormal)")
     source = "[code]"
+    param_docs = {"base": "the noise-free unit time (> 0)",
+                  "scale": "weight of the noise X (> 0): E[U] = base (1 + scale)",
+                  "sd": "standard deviation of X (default 1); give sd or sigma, not both",
+                  "sigma": "log-scale of X: X = exp(sigma Z - sigma^2/2); give sd or sigma, not both"}
 
     def __init__(self, base: float = 1.0, scale: float = 0.5, sd: float | None = None, sigma: float | None = None,
                  *, comm: float = 0.0, comm_dist: str = "constant"):
@@ -278,6 +290,53 @@ class LognormalDelay(DelayModel):
         return self.base * (1.0 + self.scale)
 
 
+class DropComputeLognormalDelay(LognormalDelay):
+    """``lognormal`` under the name that says what it is: DropCompute's noise ``base (1 + scale X)``."""
+
+    name = "dropcompute_lognormal"
+
+
+class PlainLognormalDelay(DelayModel):
+    """A plain lognormal unit time: ``U = shift + exp(mu + sigma Z)``, ``Z ~ N(0, 1)``, so
+    ``E[U] = shift + exp(mu + sigma^2/2)`` and ``median(U) = shift + exp(mu)``. [derived]
+
+    Defaults ``mu = 0, sigma = 1, shift = 0``. (``lognormal`` is DropCompute's noise ``base (1 + scale X)``, also
+    registered as ``dropcompute_lognormal``.)
+
+    >>> from gradcode.delays import make_delay
+    >>> round(make_delay("plain_lognormal", mu=0.0, sigma=1.0).mean(), 6)
+    1.648721
+    """
+
+    name = "plain_lognormal"
+    description = "plain lognormal: shift + exp(mu + sigma Z), Z standard normal"
+    source = "[derived]"
+    param_docs = {"mu": "mean of log(U - shift)", "sigma": "standard deviation of log(U - shift) (> 0)",
+                  "shift": "smallest unit time (>= 0)"}
+
+    def __init__(self, mu: float = 0.0, sigma: float = 1.0, shift: float = 0.0, *, comm: float = 0.0,
+                 comm_dist: str = "constant"):
+        super().__init__(comm=comm, comm_dist=comm_dist)
+        self.mu = check_float("mu", mu)
+        self.sigma = check_float("sigma", sigma, low=0.0, low_open=True, high=SIGMA_MAX)
+        self.shift = check_float("shift", shift, low=0.0)
+        self._params = {"mu": self.mu, "sigma": self.sigma, "shift": self.shift}
+
+    def _ppf(self, u):   # shift + exp(mu + sigma ndtri(u)), in place
+        z = scipy.special.ndtri(u, out=u)
+        z *= self.sigma
+        z += self.mu
+        np.exp(z, out=z)
+        z += self.shift
+        return z
+
+    def _scipy(self, stats):
+        return stats.lognorm(self.sigma, loc=self.shift, scale=math.exp(self.mu))
+
+    def _unit_mean(self):
+        return self.shift + math.exp(self.mu + 0.5 * self.sigma ** 2)
+
+
 class BimodalDelay(DelayModel):
     """Two-point unit time: ``base`` with probability ``1 - p``, ``kappa * base`` with probability ``p``.
 
@@ -290,6 +349,9 @@ class BimodalDelay(DelayModel):
     """
 
     name = "bimodal"
+    param_docs = {"p": "probability of the slow value, in [0, 1]",
+                  "kappa": "how many times slower the slow value is (> 0)",
+                  "base": "the fast value (> 0)"}
     description = "base, or kappa*base with probability p (fit of the SE trace)"
     source = "[derived]"
 

@@ -131,6 +131,10 @@ class TraceDelay(DelayModel):
     """
 
     name = "trace"
+    param_docs = {"trace": "a shipped trace (bytedance-SE, bytedance-AR, bytedance-ST) or a CSV path",
+                  "normalize": "divide every time by the trace's mean micro-batch time (one unit = one mean "
+                               "micro-batch)",
+                  "offset": "the step worker 0 reads at iteration 0 (None: drawn from the seed; 0 replays a capture)"}
     description = "replay of a measured straggler trace (ByteDance SE/AR/ST, or a CSV path: gradcode trace export)"
     source = "[paper: 2505.05713]"
 

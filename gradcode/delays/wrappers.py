@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ConfigError, check_float, check_int
 from ._base import DelayModel
 from ._comm import expect_over
-from ._crn import STREAM_MIXTURE, STREAM_PERSISTENT, check_seed, per_worker_uniforms, uniforms
+from ._crn import STREAM_MIXTURE, STREAM_PERSISTENT, STREAM_SLOWDOWN, check_seed, per_worker_uniforms, uniforms
 
 
 class Wrapper(DelayModel):
@@ -31,6 +31,9 @@ class Wrapper(DelayModel):
     """
 
     _per_component_comm: ClassVar[bool] = False   # a mixture lets each component keep its own communication
+    param_docs: ClassVar[dict[str, str]] = {
+        "comm": "mean communication time (None: the wrapped models' own)",
+        "comm_dist": "shape of the communication time, as for any model (None: the wrapped models' own)"}
 
     def __init__(self, components: list[tuple[float, DelayModel]], *, comm: float | None,
                  comm_dist: str | dict | None):
@@ -126,6 +129,10 @@ class PersistentDelay(Wrapper):
     """
 
     name = "persistent"
+    param_docs = {"base": "the model slowed: a name or a table {name = ..., ...}",
+                  "frac": "probability that a worker is slow for the whole run (default 0.1); or give workers",
+                  "slowdown": "a slow worker's factor: a number or [lo, hi] (uniform per worker)",
+                  "workers": "a fixed list of slow worker indices instead of frac"}
     description = "wraps base: a fixed subset of workers is slowdown times slower every iteration"
     source = "[paper: 2505.05713]"
 
@@ -233,6 +240,46 @@ class _Slowed(DelayModel):
         return np.outer(s, v).ravel(), np.tile(w / self._NODES, self._NODES)
 
 
+class SlowdownDelay(Wrapper):
+    """"``factor`` times slower with probability ``p``": ``U_{t,i} = s_{t,i} U0_{t,i}``, ``s = factor`` with
+    probability ``p`` (a uniform of its own stream per ``(t, i)``, independent of the base's draw), else 1.
+
+    Wraps ``base`` (a name or a ``{name = ..., ...}`` table; default ``constant``, so the unit time is 1 or
+    ``factor``). Unlike ``persistent``, the slow workers change every iteration. A worker's micro-batches of one
+    iteration are all slowed or none. ``F(x) = (1 - p) F0(x) + p F0(x / factor)`` (exact i.i.d. view). [derived]
+
+    >>> from gradcode.delays import make_delay
+    >>> round(make_delay("slowdown", factor=5.0, p=0.25).mean(), 6)
+    2.0
+    """
+
+    name = "slowdown"
+    description = "wraps base: each (iteration, worker) is factor times slower with probability p"
+    source = "[derived]"
+    param_docs = {"base": "the model slowed: a name or a table {name = ..., ...} (default constant, unit time 1)",
+                  "factor": "how many times slower a slowed draw is (> 0)",
+                  "p": "probability that one worker's one iteration is slowed, in [0, 1]"}
+
+    def __init__(self, base="constant", factor: float = 2.0, p: float = 0.1, *, comm: float | None = None,
+                 comm_dist: str | None = None):
+        self.base = _nested("base", base)
+        self.factor = check_float("factor", factor, low=0.0, low_open=True)
+        self.p = check_float("p", p, low=0.0, high=1.0)
+        slowed = _Slowed(self.base, self.factor, self.factor)
+        super().__init__([(1 - self.p, self.base), (self.p, slowed)], comm=comm, comm_dist=comm_dist)
+        self._params = {"base": self.base, "factor": self.factor, "p": self.p}
+
+    def _factors(self, seed, t_arr, n, path) -> np.ndarray:
+        """``(T, n)``: ``factor`` where ``(t, i)`` is slowed, else 1."""
+        return np.where(uniforms(seed, t_arr, STREAM_SLOWDOWN, path, (n,)) < self.p, self.factor, 1.0)
+
+    def _unit(self, seed, t_arr, n, path):
+        return self.base._unit(seed, t_arr, n, path) * self._factors(seed, t_arr, n, path)
+
+    def _micro(self, seed, t_arr, n, M, path):
+        return self.base._micro(seed, t_arr, n, M, path) * self._factors(seed, t_arr, n, path)[:, :, None]
+
+
 def _mixed(name: str, combine):
     """A hook of :class:`MixtureDelay` that, when its components keep their own communication, is ``combine`` of the
     components' own ``(weight, hook(*args))`` pairs, and otherwise the wrapper's."""
@@ -261,6 +308,9 @@ class MixtureDelay(Wrapper):
     """
 
     name = "mixture"
+    param_docs = {"components": "a list of {weight = w, model = SPEC} tables, SPEC a name or a table, e.g. "
+                                "[{weight = 0.9, model = \"constant\"}, {weight = 0.1, model = {name = "
+                                "\"constant\", value = 5}}] (weights are normalised)"}
     description = "per (t, i) one of several models, chosen with the given weights"
     source = "[derived]"
 
@@ -333,6 +383,8 @@ class UnresponsiveDelay(Wrapper):
     """
 
     name = "unresponsive"
+    param_docs = {"base": "the model of the responsive workers: a name or a table {name = ..., ...}",
+                  "workers": "list of worker indices that never answer, e.g. [2]"}
     description = "wraps base: the listed workers never answer (compute = inf)"
     source = "[derived]"
 

@@ -38,10 +38,12 @@ class Param:
     default: object
     required: bool
     annotation: str
+    meaning: str = ""    # from the class's ``param_docs`` (merged over its bases)
 
     def text(self) -> str:
         ann = f": {self.annotation}" if self.annotation else ""
-        return f"{self.name}{ann}  ({'required' if self.required else f'default {self.default!r}'})"
+        line = f"{self.name}{ann}  ({'required' if self.required else f'default {self.default!r}'})"
+        return f"{line}: {self.meaning}" if self.meaning else line
 
 
 @dataclass(frozen=True)
@@ -201,11 +203,14 @@ def summary_of(cls: type) -> str:
 
 def params_of(cls: type) -> list[Param]:
     """The keyword parameters of ``cls(...)`` with defaults (:func:`gradcode.plumbing.params.init_params`)."""
+    docs = {}
+    for klass in reversed(cls.__mro__):     # a subclass's meaning of a parameter wins over its base's
+        docs.update(getattr(klass, "param_docs", None) or {})
     out = []
     for p in init_params(cls).values():
         ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
         out.append(Param(p.name, None if p.default is p.empty else p.default, p.default is p.empty,
-                         "" if p.annotation is p.empty else str(ann)))
+                         "" if p.annotation is p.empty else str(ann), docs.get(p.name, "")))
     return out
 
 
@@ -298,6 +303,8 @@ DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {
     name: f"gradcode.delays:{cls}" for name, cls in {
         "constant": "ConstantDelay", "none": "NoDelay", "shifted_exponential": "ShiftedExponentialDelay",
         "exponential": "ExponentialDelay", "pareto": "ParetoDelay", "lognormal": "LognormalDelay",
+        "dropcompute_lognormal": "DropComputeLognormalDelay", "plain_lognormal": "PlainLognormalDelay",
+        "slowdown": "SlowdownDelay",
         "bimodal": "BimodalDelay", "persistent": "PersistentDelay", "mixture": "MixtureDelay",
         "unresponsive": "UnresponsiveDelay", "trace": "TraceDelay",
         "straggle": "StraggleDelay", "heterogeneous": "HeterogeneousDelay"}.items()

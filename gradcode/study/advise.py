@@ -33,6 +33,7 @@ from ..clusters.records import iteration_durations
 from ..errors import ConfigError, GradcodeError
 from ..output.advice import LOWEST
 from ..spec import Spec, build, load_spec
+from ..workloads.optimum import reference_of
 from .harness import scheme_label, seeds_of
 
 GAP = 2e-4              # relative target: this fraction of the initial excess loss F(w_0) - F* left
@@ -166,13 +167,13 @@ def target_of(spec: Spec, workload, gap: float = GAP) -> tuple[float, str]:
         raise ConfigError(f"--target-gap must be in (0, 1) (a fraction of the initial excess loss), got {gap}")
     if spec.options.target_loss is not None:
         return spec.options.target_loss, f"[run] target_loss = {spec.options.target_loss:.6g}"
-    optimum = getattr(workload, "optimal_loss", None)
-    if optimum is None:
+    found = reference_of(workload)      # the optimal loss, or the mlp's reference loss
+    if found is None:
         raise ConfigError("advise needs a loss target: set [run] target_loss (the workload "
                           f"{spec.workload.get('name')!r} knows no optimal loss, so no relative target exists)")
-    start = float(workload.loss(workload.init_params()))
+    (optimum, name), start = found, float(workload.loss(workload.init_params()))
     target = optimum + gap * (start - optimum)
-    return target, (f"F* + {gap:g} (F(w0) - F*) = {target:.6g}, with the workload's optimal loss F* = {optimum:.6g} "
+    return target, (f"F* + {gap:g} (F(w0) - F*) = {target:.6g}, with the workload's {name} F* = {optimum:.6g} "
                     f"and initial loss F(w0) = {start:.6g}")
 
 

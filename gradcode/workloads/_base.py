@@ -5,6 +5,7 @@ by :mod:`._sampling`, held-out metrics. A concrete workload says only how to bui
 
 from __future__ import annotations
 
+import copy
 from typing import ClassVar
 
 import numpy as np
@@ -65,6 +66,7 @@ class Workload:
     seed: int
     params: dict
     optimal_loss: float | None = None
+    batch_seed: int | None = None   # the mini-batch stream's seed (None: ``seed``); a run sets it (for_run)
     X_test = None       # held-out samples (``test_fraction``), never trained on; None: no held-out evaluation
     y_test = None
 
@@ -219,8 +221,18 @@ class Workload:
         t, parts, bounds, _, _ = self._gradient_args(t, parts, n_parts, None)
         return self._batch_indices(t, parts, n_parts, check_int("batch", batch, low=1), bounds)
 
+    def for_run(self, seed: int) -> Workload:
+        """This workload with its mini-batches drawn from the run's ``seed``: the same data (a shallow copy shares
+        every array), ``batch_j(t)`` a pure function of ``(seed, t, j, n_parts)``. A run seed equal to the
+        workload's ``seed`` draws the mini-batches a workload used on its own draws."""
+        if seed == (getattr(self, "seed", None) if self.batch_seed is None else self.batch_seed):
+            return self
+        run = copy.copy(self)
+        run.batch_seed = int(seed)
+        return run
+
     def _batch_indices(self, t, parts, n_parts, batch, bounds) -> np.ndarray:
-        keys = _stream_keys(self.seed, t, parts, n_parts)
+        keys = _stream_keys(self.seed if self.batch_seed is None else self.batch_seed, t, parts, n_parts)
         sizes = bounds[parts + 1] - bounds[parts]
         return _sample_local(keys, sizes, batch) + bounds[parts][:, None]
 
@@ -351,3 +363,10 @@ def _part_sums(R: np.ndarray, X, indptr: np.ndarray, out: np.ndarray) -> None:
         S = scipy.sparse.csr_array((R[:, c], cols, indptr), shape=(len(indptr) - 1, rows))
         prod = S @ X
         out[:, c * p:(c + 1) * p] = prod.toarray() if scipy.sparse.issparse(prod) else prod
+
+
+def run_workload(workload, seed: int):
+    """The workload a run of ``seed`` computes on: :meth:`Workload.for_run` (its mini-batches follow the run's
+    seed, its data stay the workload's), or the object itself when it has no ``for_run`` (None: timing only)."""
+    for_run = getattr(workload, "for_run", None)
+    return workload if for_run is None else for_run(seed)

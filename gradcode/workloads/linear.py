@@ -14,6 +14,7 @@ import scipy.sparse
 from ..errors import check_float, check_int, check_seed
 from ._base import Workload
 from .data import _check_data_bytes, _digits, _user_data
+from .optimum import SolvedOptimum
 
 
 class LeastSquares(Workload):
@@ -75,7 +76,7 @@ class LeastSquares(Workload):
         return 0.5 * (Z[:, 0] - y) ** 2
 
 
-class Logistic(Workload):
+class Logistic(SolvedOptimum, Workload):
     """Binary logistic regression with a small L2 penalty, on seeded synthetic data.
 
     Labels ``y in {0, 1}``: ``y = 1[x^T w* + noise * ||w*|| * eps > 0]`` with ``x, w*, eps`` standard Gaussian
@@ -136,7 +137,7 @@ class Logistic(Workload):
         return float(np.mean((self.X @ W[0] > 0) == (self.y > 0.5)))
 
 
-class SoftmaxDigits(Workload):
+class SoftmaxDigits(SolvedOptimum, Workload):
     """Multinomial logistic regression on scikit-learn's bundled ``digits`` (1797 images of 8x8, 10 classes).
 
     Features are the 64 pixels scaled to ``[0, 1]`` plus a constant 1 (bias), ``p = 65``; ``w`` is the

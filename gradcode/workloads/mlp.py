@@ -77,6 +77,14 @@ class MLP(Workload):
         self.dim = sum(o * (i + 1) for o, i in self.shapes)
         self.lr = lr
 
+    @property
+    def reference_loss(self) -> float:
+        """A reference loss, not an optimum (the mlp is not convex): ``F`` after a long full-batch L-BFGS run from
+        ``init_params`` (:data:`gradcode.workloads.optimum.REFERENCE_ITERATIONS` steps), cached per spec."""
+        from .optimum import REFERENCE_ITERATIONS, full_batch_minimum
+
+        return full_batch_minimum(self, max_iter=REFERENCE_ITERATIONS).loss
+
     def init_params(self) -> np.ndarray:
         """Seeded weights ``N(0, gain / fan_in)`` (gain 2 for relu, 1 for tanh), zero biases."""
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, 4]))
