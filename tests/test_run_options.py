@@ -57,7 +57,7 @@ def test_every_option_is_a_spec_key_and_reaches_the_object():
     assert "late_workers" in CLUSTER_KEYS and "late_workers" not in RUN_KEYS
     given = {"iterations": 7, "seed": 3, "lr": 0.05, "target_loss": 0.01, "time_budget": 50.0, "loss_every": 2,
              "optimizer": "momentum", "momentum": 0.5, "batch": 4, "time_scale": 0.02, "grace": 3.0,
-             "startup_timeout": 30.0, "inject": "add"}
+             "startup_timeout": 30.0, "inject": "add", "lr_schedule": {"name": "step", "factor": 0.5, "every": 2}}
     options = load_spec(spec(given, {"late_workers": "abandon"})).options
     assert dataclasses.asdict(options) == {**dataclasses.asdict(RunOptions()), **given, "late_workers": "abandon"}
     # all but the held-out two, [network] and [faults] (tests/test_deaths.py)
