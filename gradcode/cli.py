@@ -157,8 +157,9 @@ def _param(p) -> str:
 
 
 def _describe(args) -> int:
-    from .plumbing.registry import describe
+    from .plumbing.registry import add_user_dirs, describe
 
+    add_user_dirs(Path.cwd())    # 'mymodule:Class' from the module's folder, as a spec's import paths are found
     print("\n\n".join(d.text() for d in describe(args.name, args.kind)))
     return 0
 
