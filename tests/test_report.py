@@ -171,3 +171,26 @@ def test_report_skips_a_run_without_a_readable_record(results, tmp_path):
     folder, runs = _copy(results, tmp_path)
     (runs[0] / "records.jsonl").write_bytes(os.urandom(100).replace(b"\n", b"x"))
     assert f"run skipped: {runs[0].name}: records.jsonl holds no readable record" in build_report(folder).read_text()
+
+
+def test_gradient_error_beside_the_residual_and_identical_schemes_flagged(tmp_path):
+    """An averaging scheme's residual is n/a and its gradient error is shown; fastest_k k = n - 1 and backup b = 1
+    give the same records on every seed, and the notes say so (sync and the code are not flagged)."""
+    spec = {"cluster": {"workers": 4}, "workload": {"name": "least_squares", "n_samples": 80, "dim": 3},
+            "delay": {"name": "shifted_exponential"},
+            "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 3}, {"name": "backup", "b": 1},
+                        {"name": "coded", "code": "cyclic_mds", "s": 1}],
+            "run": {"iterations": 6, "seeds": [0, 1]}}
+    out = tmp_path / "out"
+    compare(spec, out, progress=False, mpi=(False, "not in this test"), figures=False)
+    text = (out / "report.md").read_text()
+    head = next(line for line in text.splitlines() if line.startswith("| cluster"))
+    assert head.index("speedup to target") < head.index("p95 it. time")
+    titles = [t.strip() for t in head.strip("|").split("|")]
+    row = next(line for line in text.splitlines() if "| fastest_k" in line)
+    cells = dict(zip(titles, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    assert cells["residual"] == "n/a" and cells["grad. error"] not in ("n/a", "-", "0")
+    coded = next(line for line in text.splitlines() if "| coded" in line)
+    assert "n/a" not in coded
+    assert "fastest_k k=3 and backup b=1 are the SAME scheme here" in text
+    assert "sync and" not in text and "and coded are the SAME" not in text

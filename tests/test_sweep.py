@@ -204,6 +204,7 @@ def test_the_table_has_one_row_per_cell_cluster_delay_and_scheme(serial):
     assert regimes.winners(info["rows"], info["paths"])          # the shape the regime map reads
     report = (serial / "report.md").read_text()
     assert "## Regime map" in report and "cells/003/report.md" in report
+    assert 'href="cells/003/report.html"' in (serial / "report.html").read_text()    # the cell's page, not its text
     assert (serial / regimes.REGIME_MAP).is_file()
     assert not (serial / "cells" / "000" / "plots").exists()      # no cell figures unless asked for
     assert "Not drawn" in (serial / "cells" / "000" / "report.md").read_text()
