@@ -361,3 +361,14 @@ def test_ctrl_c_ends_the_pool_workers_found_by_a_public_api():
     finally:
         bystander.terminate()
         bystander.join()
+
+
+def test_the_regime_map_caption_matches_its_figure():
+    """One swept key draws lines, not a coloured map: the caption under it says so; two keys keep the map's."""
+    from types import SimpleNamespace
+
+    from gradcode.study.sweep_run import _figure_reading
+
+    one, two = (_figure_reading(regimes.REGIME_MAP, [], SimpleNamespace(paths=paths)) for paths in (["x"], ["x", "y"]))
+    assert "one line per scheme" in one and "colour" not in one
+    assert "colour per scheme" in two
