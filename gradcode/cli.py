@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--run", help="in a compare folder: which run (a folder name under runs/)")
     _cluster_parser(sub)
     rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
-    rep.add_argument("folder", help="a folder written by `gradcode compare`")
+    rep.add_argument("folder", help="a folder written by `gradcode compare`, or by `gradcode run` / `gradcode "
+                                    "simulate` (one run: per-worker and per-host tables, its timeline)")
     return p
 
 

@@ -194,3 +194,23 @@ def test_gradient_error_beside_the_residual_and_identical_schemes_flagged(tmp_pa
     assert "n/a" not in coded
     assert "fastest_k k=3 and backup b=1 are the SAME scheme here" in text
     assert "sync and" not in text and "and coded are the SAME" not in text
+
+
+def test_slowest_workers_and_hosts_of_a_run():
+    """Response time = arrived - plan received, over the iterations a worker answered; hosts gather their workers."""
+    from gradcode.output.run_report import per_host, per_worker, scheme_text, slowest_lines
+
+    records = [{"scheme": "coded", "code": "cyclic_mds", "s": 1, "worker_plan_received": [0.0, 0.0, 0.0, 0.0],
+                "worker_arrived": [1.0, 2.0, 5.0, None]},
+               {"scheme": "coded", "code": "cyclic_mds", "s": 1, "worker_plan_received": [3.0, 3.0, 3.0, 3.0],
+                "worker_arrived": [4.0, 6.0, 10.0, 4.0]}]
+    workers = per_worker(records)
+    assert [w["mean_response"] for w in workers] == [1.0, 2.5, 6.0, 1.0]
+    assert [w["answered"] for w in workers] == [1.0, 1.0, 1.0, 0.5]
+    hosts = ["a", "a", "b", "b"]
+    assert [(h["host"], h["workers"], h["mean_response"], h["slowest"]) for h in per_host(workers, hosts)] == \
+        [("a", [0, 1], 1.75, 1), ("b", [2, 3], 3.5, 2)]
+    lines = slowest_lines(records, hosts, top=2)
+    assert lines[0].startswith("  slowest workers      2 on b (6") and ", 1 on a (2.5" in lines[0]
+    assert lines[1].startswith("  slowest hosts        b (3.5")
+    assert scheme_text({"scheme": "coded"}, records) == "coded cyclic_mds s=1"

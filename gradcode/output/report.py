@@ -556,7 +556,13 @@ def build_report(folder: str | Path, figures: bool = True) -> Path:
 
 
 def report_main(args) -> int:
-    """``gradcode report FOLDER``."""
+    """``gradcode report FOLDER``: a comparison's folder, or one run's (``gradcode run``, ``gradcode simulate``)."""
+    from .run_report import build_run_report, is_run_folder
+
+    if is_run_folder(Path(args.folder)):
+        path = build_run_report(args.folder)
+        print(f"wrote {path}, {path.with_suffix('.html')} and {path.parent / 'plots' / 'timeline.png'}")
+        return 0
     path = build_report(args.folder)
     print(f"wrote {path}, {path.with_suffix('.html')}, {path.parent / 'summary.csv'}, "
           f"{path.parent / 'summary.json'} and plots/")
