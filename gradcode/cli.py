@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", help="output folder (default: results/<spec name>)")
     cmp_.add_argument("--quick", action="store_true", help="a reduced run: fewer iterations and seeds (CI)")
     cmp_.add_argument("--cluster", choices=["sim", "mpi", "both"], help="override [cluster] kind")
+    cmp_.add_argument("--hostfile", help="MPI hostfile: the MPI runs span its hosts (as `gradcode run --hostfile`)")
     _run_overrides(cmp_)
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
