@@ -48,7 +48,7 @@ OPENMPI_TESTS := "tests/test_mpi.py::test_master_schemes_agree_with_simulator[fa
 	"tests/test_mpi.py::test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator[stream_s1_l2-finish-1]" \
 	"tests/test_mpi.py::test_partial_coded_on_mpi_is_exact_and_agrees_with_simulator[stream_s2_natural-between_chunks-1]" \
 	"tests/test_mpi.py::test_gradcode_run_prints_command_and_writes_results" \
-	tests/test_multihost.py
+	tests/test_multihost.py tests/test_network_hosts.py
 test-openmpi: $(STAMP_OMPI)
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $(VENV_OMPI)/bin/python -m pytest -q $(OPENMPI_TESTS)
 

@@ -12,24 +12,55 @@ computed and the held-out accuracy.
     .venv-torch/bin/mpiexec -n 3 .venv-torch/bin/python examples/torch_dropcompute.py
     .venv-torch/bin/torchrun --nproc-per-node 3 examples/torch_dropcompute.py
 
-On hosts of their own (``gradcode cluster``, root) the slow host can be a real one (``--cpu 2:0.3``) with
-``--slowdown 1``.
+On hosts of their own (root): ``python examples/torch_dropcompute.py --hosts 3`` brings up an emulated cluster
+(``gradcode cluster``: 3 network namespaces that share no memory, one process each, every link at ``--rate``) and
+runs the same under ``mpiexec`` across them, gloo's rendezvous at the first host's address (``MASTER_ADDR``); host
+2's process is the slow one. ``--cpu 0.3`` (cores) makes it slow for real, a CPU quota on host 2 (then give
+``--slowdown 1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-import numpy as np
-import torch
-from torch.nn.functional import cross_entropy
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-from gradcode.workloads.data import _digits
-from gradcode.workloads.torch import cnn_model
-from gradcode.workloads.torch_dropcompute import DropCompute, init_process_group
+
+def on_hosts(args) -> dict:
+    """This example again under ``mpiexec`` on ``args.hosts`` emulated hosts (one process each, the last one slow);
+    rank 0's results."""
+    from mpi_runtime.cluster_emu import EmulatedCluster
+    from mpi_runtime.launch import environment, find_mpiexec, mpi_flavor
+
+    exe = find_mpiexec()
+    flavor = mpi_flavor(exe)
+    with tempfile.TemporaryDirectory() as tmp, \
+            EmulatedCluster(args.hosts, prefix=args.prefix, folder=Path(tmp) / "cluster",
+                            rate={h: args.rate for h in range(args.hosts)},
+                            cpu={args.hosts - 1: args.cpu} if args.cpu else None) as cluster:
+        out = Path(tmp) / "results.json"
+        rest = [str(x) for k in ("steps", "M", "batch", "slowdown", "warmup", "record", "lr")
+                for x in (f"--{k}", getattr(args, k))]
+        with socket.socket() as s:       # a free port (in this namespace; the first host's is empty anyway)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = {**environment(flavor), **cluster.env(), "MASTER_ADDR": cluster.address(0), "MASTER_PORT": str(port)}
+        cmd = [exe, "-n", str(args.hosts), *cluster.hosts_args(flavor), sys.executable, __file__, *rest, "--slow-rank",
+               str(args.hosts - 1), "--json", str(out)]
+        subprocess.run(cmd, env=env, check=True, timeout=1800)
+        results = json.loads(out.read_text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return results
 
 
 def main(argv=None) -> dict:
@@ -43,7 +74,21 @@ def main(argv=None) -> dict:
     p.add_argument("--record", type=int, default=6)
     p.add_argument("--lr", type=float, default=0.3)
     p.add_argument("--json", help="rank 0 writes the results here")
+    p.add_argument("--hosts", type=int, help="run on this many emulated hosts (root; see above)")
+    p.add_argument("--rate", default="1gbit", help="with --hosts: every host's link (default %(default)s)")
+    p.add_argument("--cpu", type=float, help="with --hosts: the last host's cores (a CPU quota)")
+    p.add_argument("--prefix", default="tdc", help="with --hosts: the hosts' names")
     args = p.parse_args(argv)
+    if args.hosts:
+        return on_hosts(args)
+    import numpy as np
+    import torch
+    from torch.nn.functional import cross_entropy
+
+    from gradcode.workloads.data import _digits
+    from gradcode.workloads.torch import cnn_model
+    from gradcode.workloads.torch_dropcompute import DropCompute, init_process_group
+
     torch.set_num_threads(1)          # several processes on one host's cores
     init_process_group()
     rank, size = torch.distributed.get_rank(), torch.distributed.get_world_size()

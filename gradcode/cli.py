@@ -1,5 +1,5 @@
 """The ``gradcode`` command line: ``demo``, ``list``, ``describe``, ``simulate``, ``run`` (MPI), ``compare``,
-``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
+``advise``, ``sweep``, ``trace export``, ``report``, ``cluster`` (an emulated multi-host cluster)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import GradcodeError
+from .study.advise_cli import add_parser as advise_parser
 
 # Only the standard library and gradcode.errors at import: numpy, scipy and the registry load inside main(), where
 # a Ctrl-C is one line and exit code 130, not a KeyboardInterrupt traceback out of an import.
@@ -39,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
                            "there (without it, that is an error: a folder holds one experiment)")
+    advise_parser(sub)
     swp = sub.add_parser("sweep", help="run a spec's [sweep] grid: one comparison per cell, in parallel; sweep.csv, "
                                        "report.md and the regime map")
     swp.add_argument("spec", help="experiment spec (TOML) with a [sweep] table")
@@ -90,6 +92,12 @@ def _cluster_parser(sub) -> None:
         p.add_argument("--prefix", default="host", help="host names PREFIX0, PREFIX1, ... (default host)")
         p.add_argument("--dir", help="folder of hostfile, launcher, env.sh (default /run/gradcode-cluster/PREFIX)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARGS...]")
+    measure = clu_sub.add_parser("measure", help="measure the links from a hostfile's first host to the others "
+                                                 "(ping-pong, bulk transfer) and print their [network] table")
+    measure.add_argument("--hostfile", required=True, help="the hosts (MPICH host:slots or Open MPI slots=N lines)")
+    measure.add_argument("--bytes", type=int, default=1 << 24, help="bytes of the bulk transfer (default 16 MiB)")
+    measure.add_argument("--out", help="also write the table to this TOML file")
+    measure.add_argument("--mpiexec", help="the MPI launcher (default: the virtual environment's)")
 
 
 def _one_run(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -227,6 +235,10 @@ def _trace(args) -> int:
 def _cluster(args) -> int:
     from mpi_runtime.cluster_emu import ClusterError, EmulatedCluster, parse_limits
 
+    if args.cluster_command == "measure":
+        from mpi_runtime.linkprobe import measure_command
+
+        return measure_command(args.hostfile, args.bytes, args.out, args.mpiexec)
     if args.cluster_command in ("down", "status"):
         c = EmulatedCluster.from_folder(args.prefix, args.dir)
         if args.cluster_command == "down":
@@ -255,6 +267,7 @@ def _cluster(args) -> int:
 def _cluster_text(c) -> str:
     lines = [f"{name}  {c.address(i)}" + (f"  link {c.rate[i]}" if i in c.rate else "")
              + (f"  cpu {c.cpu[i]:g} cores" if i in c.cpu else "") for i, name in enumerate(c.names)]
+    lines += [c.proof] if c.proof else []
     return "\n".join(lines + [f"hostfile {c.hostfile} ({c.slots} slots a host); to use it:",
                               f"  . {c.folder / 'env.sh'}",
                               f"  gradcode run SPEC --out DIR --hostfile {c.hostfile}",
@@ -271,4 +284,5 @@ def _imported(path: str):
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
              "compare": _imported(".study.harness:compare_main"), "sweep": _imported(".study.sweep_run:sweep_main"),
-             "trace": _trace, "report": _imported(".output.report:report_main"), "cluster": _cluster}
+             "trace": _trace, "report": _imported(".output.report:report_main"), "cluster": _cluster,
+             "advise": _imported(".study.advise:advise_main")}

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .deaths import FAULT_KEYS, check_die, check_die_random, planned_deaths
 from .errors import ConfigError, check_float, check_int
 from .optim import OPTIMIZERS
 from .plumbing.params import accepted_params
@@ -54,7 +55,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment")
+TABLES = ("cluster", "workload", "delay", "delays", "scheme", "schemes", "run", "experiment", "network", "faults")
 
 # what a worker still busy with an older plan does when a newer one is issued (gradcode.clusters.sim says how)
 LATE_WORKERS = ("finish", "abandon", "between_chunks")
@@ -72,6 +73,13 @@ def _int(low: int):
 
 def _float(low: float | None = None, *, low_open: bool = False):
     return lambda key, value: check_float(key, value, low=low, low_open=low_open)
+
+
+def _network(key: str, value):
+    """A ``[network]`` table as :class:`gradcode.network.Network` (its own checks and errors)."""
+    from .network import Network
+
+    return Network.of(value)
 
 
 def _one_of(accepted: tuple[str, ...]):
@@ -121,6 +129,10 @@ class RunOptions:
                                            "before naming a rank", _float(0.0, low_open=True))
     inject: str = _option("wait", "MPI: 'wait' (default: wait out the emulated delay from the iteration's start) "
                                   "or 'add' (sleep it after the real compute)", _one_of(("wait", "add")))
+    network: Any = _option(None, "the [network] table: links, latency, hosts (default: none, no bytes)", _network,
+                           table="network")
+    die: tuple[tuple[int, int], ...] | None = _option(None, FAULT_KEYS["die"], check_die, table="faults")
+    die_random: tuple[int, int] | None = _option(None, FAULT_KEYS["die_random"], check_die_random, table="faults")
 
     def __post_init__(self):
         for f in fields(self):
@@ -143,12 +155,15 @@ class RunOptions:
         return replace(options, **changes) if changes else options
 
     @classmethod
-    def from_spec(cls, run: dict[str, Any], cluster: dict[str, Any]) -> RunOptions:
-        """The options a spec's ``[run]`` and ``[cluster]`` tables set; an error names the table and the key."""
+    def from_spec(cls, run: dict[str, Any], cluster: dict[str, Any],
+                  faults: dict[str, Any] | None = None) -> RunOptions:
+        """The options a spec's ``[run]``, ``[cluster]`` and ``[faults]`` tables set; an error names the table and
+        the key."""
         values = {}
+        tables = {"run": run, "cluster": cluster, "faults": faults or {}}
         for f in fields(cls):
             table = f.metadata["table"]
-            given = cluster if table == "cluster" else run
+            given = tables.get(table, {})
             if f.name in given:   # checked here to name the table (the constructor's check then passes it as is)
                 try:
                     values[f.name] = f.metadata["check"](f.name, given[f.name])
@@ -283,7 +298,12 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                               f"{experiment[key]!r}")
     run = dict(_table(raw, "run"))
     _check_keys(run, RUN_KEYS, "[run]")
-    options = RunOptions.from_spec(run, cluster)
+    faults = dict(_table(raw, "faults"))
+    _check_keys(faults, FAULT_KEYS, "[faults]")
+    options = RunOptions.from_spec(run, cluster, faults)
+    planned_deaths(options, cluster["workers"])     # the workers and iterations named exist
+    if "network" in raw:
+        options = replace(options, network=raw["network"])
     _check_seeds(run)
     schemes = _entries(raw, "scheme", "a scheme", lambda: "spec: no scheme; add a [scheme] table (or [[schemes]]) "
                        "with name = one of " + ", ".join(SCHEMES.names()))
@@ -294,6 +314,7 @@ def _check_spec(raw: dict[str, Any]) -> tuple[Spec, Any]:
                 options=options)
     workload = build(spec)[2]   # construct everything once: every error is raised now, before any work
     _check_against_workload(options, workload)
+    _check_network(options, spec.workers, workload)
     _check_other_delays(spec)
     return spec, workload
 
@@ -307,6 +328,17 @@ def _check_against_workload(options: RunOptions, workload) -> None:
     if asked and getattr(workload, "X_test", None) is None:
         raise ConfigError(f"[run] {', '.join(asked)}: the workload holds out no samples; set [workload] "
                           "test_fraction (e.g. 0.2; the mlp holds out 0.2 by default)")
+
+
+def _check_network(options: RunOptions, workers: int, workload) -> None:
+    """A ``[network]`` that fits the run: its hosts hold every rank, its ``d`` only where there is no workload."""
+    network = options.network
+    if network is None:
+        return
+    if network.d is not None and workload is not None:
+        raise ConfigError(f"[network] d = {network.d}: the model's size is the workload's ({workload.dim} floats); "
+                          "leave d out, it is for timing-only runs")
+    network.bind(workers, None if workload is None else workload.dim, options.time_scale)
 
 
 def _entries(raw: dict, one: str, what: str, missing: Callable[[], str]) -> list[dict]:

@@ -29,12 +29,13 @@ from pathlib import Path
 from mpi4py import MPI
 
 from gradcode.clusters.records import write_summary
+from gradcode.deaths import planned_deaths
 from gradcode.errors import ConfigError
 from gradcode.plumbing.children import die_with_grandparent, die_with_parent
 from gradcode.spec import RunOptions
 
 from . import protocol as P
-from .config import STARTED, load_run
+from .config import FINISHED, STARTED, load_run
 from .faults import Faults, check_hooks
 from .hosts import gather_hosts, write_hosts
 from .peers import MasterLost, Peers, who
@@ -89,7 +90,7 @@ def run(argv: list[str] | None, job: _Job) -> bool:
                           f"(a master and the workers); it was launched with {world.Get_size()}")
     check_hooks(world.Get_size(), cfg.options.iterations)
     scheme, delay, workload = cfg.build()
-    faults = Faults(world.Get_rank())
+    faults = Faults(world.Get_rank(), planned_deaths(cfg.options, cfg.workers))
     faults.maybe_crash("start")
     job.peers.checkpoint("start-up", cfg.options.startup_timeout)   # names the ranks that did not start
     if world.Get_rank() == 0:
@@ -137,20 +138,40 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mpi_runtime: {who([rank])} {what}: {err}{host}", file=sys.stderr, flush=True)
         if rank == 0:
             job.write_failure(str(err) if what == "error" else f"{what}: {err}")
+            print(FINISHED, flush=True)
         elif not isinstance(err, MasterLost):
-            # rank 0 names this rank (and its host), writes its summary and aborts the job; abort here if it does not
-            job.peers.report_failure(f"{what}: {err}{host}", patience=job.grace + 1.0)
+            # rank 0 names this rank (and its host), and either goes on without it (a dead worker is an erasure to
+            # a master/worker scheme: this rank ends alone, as if it had died) or writes its summary and aborts the
+            # job; abort here if it does neither
+            if job.peers.report_failure(f"{what}: {err}{host}", patience=job.grace + 1.0):
+                sys.stderr.flush()
+                os._exit(code)
         time.sleep(0.3)    # let the launcher forward the message before MPI_Abort tears the job down
-        world.Abort(code)
-        return
+        _abort(world, code)
+    if rank == 0:
+        print(FINISHED, flush=True)
     if hung:
-        # the run is complete and on disk; only MPI_Abort can end the hung ranks
-        world.Abort(0)
+        # the run is complete and on disk; only MPI_Abort can end the hung (or dead) ranks
+        _abort(world, 0)
     MPI.Finalize()
     # Hydra (-disable-auto-cleanup) signals SIGUSR1 to every rank whenever a rank's PMI socket closes, so also while
     # this process ends: after MPI_Finalize that signal has nothing left to say (SIG_IGN: Python's exit leaves it)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     sys.exit(0)
+
+
+def _abort(world: MPI.Comm, code: int) -> None:
+    """``MPI_Abort(code)``, then end this process. MPICH's abort returns on the calling rank (measured with code 0)
+    and the launcher kills every rank, this one too, a moment later (about a second: measured); until then this rank
+    waits, so that no other rank sees it gone first and reports a lost master, and Python's exit never calls
+    ``MPI_Finalize`` (which would fail with a traceback)."""
+    world.Abort(code)
+    sys.stderr.flush()
+    time.sleep(ABORT_WAIT)
+    os._exit(code)
+
+
+ABORT_WAIT = 5.0     # seconds a rank that called MPI_Abort waits for the launcher to end it
 
 
 if __name__ == "__main__":

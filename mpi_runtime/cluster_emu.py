@@ -3,9 +3,13 @@
 ``gradcode cluster up --hosts 3`` makes hosts ``host0 .. host2``: one network namespace each (``ip netns add``), a
 veth pair each into a bridge, an address each in a free ``10.213.X.0/24``, ``/etc/netns/HOST/hosts`` naming every
 host (``ip netns exec`` mounts it over ``/etc/hosts``) and this machine's own name (the bridge's address: ``mpiexec``
-runs here and its proxies call it back). A host's commands run under ``unshare --uts`` with the host's name as
-hostname, so MPI sees separate nodes: ranks on different hosts talk over TCP, one proxy per host, payloads in
-messages instead of shared memory.
+runs here and its proxies call it back). A host's commands run under ``unshare --uts --ipc --mount`` with the
+host's name as hostname and a fresh ``tmpfs`` on ``/dev/shm``, so MPI sees separate nodes and cannot share memory
+between them: one proxy per host, and ranks on different hosts talk over TCP through the hosts' links (network
+namespaces alone separate neither System V IPC nor ``/dev/shm``: MPICH's UCX then reached the other hosts' ranks
+through shared memory, and a 4 MB All-Reduce put 0 bytes on the links). ``up`` proves it: a rank on host 0 sends
+4 MB to a rank on host 1 and host 1's interface counters must show them (:meth:`EmulatedCluster.prove_network`),
+else ``up`` fails with the figures.
 
 It writes into its folder (default ``/run/gradcode-cluster/PREFIX``): ``hostfile`` (``host0:3`` a line; Open MPI's
 ``host0 slots=3`` in ``hostfile.openmpi``), ``launcher``
@@ -28,6 +32,7 @@ EmulatedCluster(...) as c``, or ``gradcode cluster run -- COMMAND``) the cluster
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import ipaddress
 import json
 import os
@@ -37,6 +42,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -51,6 +57,10 @@ SUBNETS = "10.213.{}.0/24"
 PERIOD_US = 100_000
 PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,7}")
 MAX_HOSTS = 64
+PROOF_BYTES = 4_000_000     # what up sends between two hosts' ranks to prove that it crosses the link
+PROOF_TIMEOUT = 120.0
+PROOF_SCRIPT = ("import sys, numpy as np; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+                "b = np.ones(int(sys.argv[1]) // 8); c.Send(b, 1) if c.rank == 0 else c.Recv(b, 0)")
 
 
 class ClusterError(GradcodeError):
@@ -114,7 +124,7 @@ class EmulatedCluster:
     """``hosts`` namespaces named ``PREFIX0 ..``, ``slots`` ranks each in the hostfile; see the module docstring."""
 
     def __init__(self, hosts: int = 3, *, slots: int = 1, prefix: str = "host", folder: str | Path | None = None,
-                 rate: dict[int, str] | None = None, cpu: dict[int, float] | None = None):
+                 rate: dict[int, str] | None = None, cpu: dict[int, float] | None = None, prove: bool = True):
         if not PREFIX_RE.fullmatch(prefix):
             raise ClusterError(f"--prefix {prefix!r}: 1-8 lower-case letters and digits, starting with a letter")
         if not 1 <= hosts <= MAX_HOSTS:
@@ -131,6 +141,8 @@ class EmulatedCluster:
         self.rate, self.cpu = dict(rate or {}), dict(cpu or {})
         self.bridge = f"{prefix}br"
         self.subnet: str | None = None
+        self.prove = prove
+        self.proof: str | None = None      # what ``up`` measured between two hosts (:meth:`prove_network`)
         self._handlers: dict = {}
 
     # --- the files a user (and mpiexec) reads ------------------------------------------------------------------
@@ -145,6 +157,13 @@ class EmulatedCluster:
 
     def hostfile_for(self, flavor: str) -> Path:
         return self.hostfile_openmpi if flavor == "openmpi" else self.hostfile
+
+    def hosts_args(self, flavor: str, hostfile: Path | None = None) -> list[str]:
+        """The ``mpiexec`` options that place ranks on these hosts (``hostfile``: default :meth:`hostfile_for`):
+        MPICH's ``-f FILE``; Open MPI's ``--hostfile FILE --bind-to none`` (a host may have more slots than
+        cores)."""
+        hostfile = hostfile or self.hostfile_for(flavor)
+        return ["--hostfile", str(hostfile), "--bind-to", "none"] if flavor == "openmpi" else ["-f", str(hostfile)]
 
     @property
     def launcher(self) -> Path:
@@ -225,6 +244,43 @@ class EmulatedCluster:
         self.launcher.write_text(_launcher_script(self))
         self.launcher.chmod(0o755)
         (self.folder / "env.sh").write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env().items()))
+        if self.prove and len(self.names) > 1:
+            self.proof = self.prove_network()
+
+    # --- the proof that hosts talk through their links ----------------------------------------------------------
+    def link_bytes(self, host: int) -> tuple[int, int]:
+        """``(received, sent)`` bytes so far on ``host``'s interface (its ``eth0``, read inside its namespace)."""
+        stats = [f"/sys/class/net/eth0/statistics/{k}_bytes" for k in ("rx", "tx")]
+        rx, tx = _sh("ip", "netns", "exec", self.names[host], "cat", *stats).stdout.split()
+        return int(rx), int(tx)
+
+    def prove_network(self, nbytes: int = PROOF_BYTES) -> str:
+        """An MPI job of two ranks, one on host 0 and one on host 1 (through the launcher, as ``gradcode run``
+        starts them), sends ``nbytes`` from the first to the second; host 1's interface must have received at least
+        that many bytes, else the ranks reached each other some other way (shared memory) and this is no cluster:
+        :class:`ClusterError` with the figures. Without MPI here (no ``mpiexec`` or no ``mpi4py`` for this Python)
+        nothing is proved, and the line returned says so."""
+        job = _proof_job(self, nbytes)
+        if isinstance(job, str):
+            return job
+        cmd, env = job
+        before = self.link_bytes(1)[0]
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=PROOF_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"the check of the hosts' links ({nbytes / 1e6:g} MB from {self.names[0]} to "
+                               f"{self.names[1]}) did not finish within {PROOF_TIMEOUT:g} s: is host 1's --rate "
+                               "that low, or does the MPI job hang?") from None
+        received = self.link_bytes(1)[0] - before
+        if proc.returncode != 0:
+            raise ClusterError(f"the check of the hosts' links failed: `{shlex.join(cmd)}` exited "
+                               f"{proc.returncode}: {(proc.stderr or proc.stdout).strip()[-600:]}")
+        if received < nbytes:
+            raise ClusterError(f"a rank on {self.names[0]} sent {nbytes:,} bytes to a rank on {self.names[1]}, but "
+                               f"{self.names[1]}'s interface received only {received:,}: the ranks reached each other "
+                               "without the network (shared memory between hosts?), so these are no separate hosts")
+        return (f"checked: {nbytes / 1e6:g} MB from a rank on {self.names[0]} to a rank on {self.names[1]} put "
+                f"{received / 1e6:.3g} MB on {self.names[1]}'s link")
 
     def _write_state(self) -> None:
         state = {"prefix": self.prefix, "hosts": self.names, "slots": self.slots, "subnet": self.subnet,
@@ -251,7 +307,7 @@ class EmulatedCluster:
                 _empty_cgroup(sub)
                 with suppress(OSError):
                     sub.rmdir()
-        for file in ("hostfile", "hostfile.openmpi", "launcher", "env.sh", "cluster.json"):
+        for file in ("hostfile", "hostfile.openmpi", "proof.hosts", "launcher", "env.sh", "cluster.json"):
             with suppress(FileNotFoundError):
                 (self.folder / file).unlink()
         with suppress(OSError):
@@ -292,6 +348,25 @@ class EmulatedCluster:
         found = [int(n[len(prefix):]) for n in (_netns_list() if _has_ip() else [])
                  if re.fullmatch(re.escape(prefix) + r"\d+", n)]
         return cls(max(found, default=0) + 1, prefix=prefix, folder=folder)
+
+
+def _proof_job(c: EmulatedCluster, nbytes: int) -> tuple[list[str], dict[str, str]] | str:
+    """The command and environment of :meth:`EmulatedCluster.prove_network`'s job (one slot on host 0 and on host 1,
+    this Python), or why there is none."""
+    from .launch import environment, find_mpiexec, mpi_flavor  # here: `cluster down` needs none of launch's imports
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return f"not checked: no mpi4py for {sys.executable}"
+    try:
+        exe = find_mpiexec()
+    except GradcodeError as err:
+        return f"not checked: {err}"
+    flavor = mpi_flavor(exe)
+    hosts = c.folder / "proof.hosts"
+    hosts.write_text("".join(f"{name} slots=1\n" if flavor == "openmpi" else f"{name}:1\n" for name in c.names[:2]))
+    # up runs as root: Open MPI must be told that this is intended
+    env = {**environment(flavor), **c.env(), "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    return [exe, "-n", "2", *c.hosts_args(flavor, hosts), sys.executable, "-c", PROOF_SCRIPT, str(nbytes)], env
 
 
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
@@ -387,7 +462,9 @@ def _launcher_script(c: EmulatedCluster) -> str:
 # gradcode emulated cluster '{c.prefix}' (mpi_runtime/cluster_emu.py): an ssh stand-in for mpiexec.
 #   {c.launcher} [ssh options] HOST COMMAND...
 # runs COMMAND on HOST as ssh would (its words joined, through sh -c), inside the host's network namespace with
-# the host's name as hostname (and in its cgroup, when its CPU is limited). Hydra: HYDRA_LAUNCHER=ssh
+# the host's name as hostname, an IPC namespace and a /dev/shm of its own (so that MPI's shared-memory transports
+# cannot reach another host's ranks: payloads cross the host's link), and in its cgroup when its CPU is limited.
+# Hydra: HYDRA_LAUNCHER=ssh
 # HYDRA_LAUNCHER_EXEC={c.launcher}; Open MPI: OMPI_MCA_plm_rsh_agent={c.launcher}.
 while [ $# -gt 0 ]; do
   h=${{1#*@}}
@@ -405,5 +482,6 @@ cg=
 case "$h" in
 {groups}esac
 [ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"
-exec {ip} netns exec "$h" {unshare} --uts sh -c 'hostname "$0" && exec sh -c "$*"' "$h" "$@"
+exec {ip} netns exec "$h" {unshare} --uts --ipc --mount sh -c \
+  'hostname "$0" && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sh -c "$*"' "$h" "$@"
 """

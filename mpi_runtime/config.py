@@ -18,6 +18,7 @@ from gradcode.errors import ConfigError
 from gradcode.spec import RunOptions, Spec, build, load_spec_built
 
 STARTED = "mpi_runtime: every rank has started"   # rank 0 prints it: the launcher stops waiting for start-up
+FINISHED = "mpi_runtime: rank 0 wrote its summary"  # ... and this: the job must end soon (launch.py: END_BOUND)
 
 
 @dataclass

@@ -69,15 +69,20 @@ def check_hooks(ranks: int, iterations: int, environ=None) -> None:
 
 
 class Faults:
-    """The hooks that apply to one rank."""
+    """The hooks that apply to one rank, and its death if the spec plans one (``[faults]``, ``planned``: ``{worker:
+    at}``, :func:`gradcode.deaths.planned_deaths`): worker ``i`` is killed (``SIGKILL``) at its first plan ``t >=
+    at``, the simulator's dead worker."""
 
-    def __init__(self, rank: int):
+    def __init__(self, rank: int, planned: dict[int, int] | None = None):
         self.rank = rank
         self.crash = {t: how for r, t, how in _entries(CRASH_ENV) if r == rank}
         self.nan = {t for r, t, _ in _entries(NAN_ENV) if r == rank}
+        self.die_at = (planned or {}).get(rank - 1) if rank > 0 else None
 
     def maybe_crash(self, t: int | str) -> None:
-        """Fail here if a hook asks for it at iteration (or stage) ``t``."""
+        """Fail here if a hook asks for it at iteration (or stage) ``t``, or die if the spec says so."""
+        if isinstance(t, int) and self.die_at is not None and t >= self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if t not in self.crash:
             return
         if self.crash[t] == "exit":

@@ -47,12 +47,13 @@ from pathlib import Path
 
 from gradcode.clusters.footprint import check_mpi_memory
 from gradcode.clusters.records import write_summary
+from gradcode.deaths import name_dead
 from gradcode.errors import ConfigError
-from gradcode.plumbing.children import NotStarted, run_child
+from gradcode.plumbing.children import NotEnded, NotStarted, run_child
 from gradcode.plumbing.outdir import FolderLock, writable_folder
 from gradcode.plumbing.registry import pythonpath
 
-from .config import STARTED, load_run
+from .config import FINISHED, STARTED, load_run
 from .faults import check_hooks
 
 ROOT = Path(__file__).resolve().parent.parent   # the folder that holds mpi_runtime/ (and gradcode/)
@@ -205,6 +206,8 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     """Validate the spec and ``out`` (a :class:`ConfigError` before anything starts), then run the job, holding the
     lock on ``out`` (:class:`gradcode.plumbing.outdir.FolderLock`; ``mpiexec`` holds it too, and dies with this process:
     :mod:`gradcode.plumbing.children`); its exit code."""
+    if timeout is not None and not timeout > 0:
+        raise ConfigError(f"--timeout {timeout:g}: must be a number of seconds > 0 (leave it out for no limit)")
     overrides = {k: v for k, v in (("iterations", iterations), ("seed", seed)) if v is not None}
     cfg = load_run(spec, scheme_index=scheme, overrides=overrides)
     check_hooks(cfg.workers + 1, cfg.options.iterations)      # the test hooks in the environment, before the job
@@ -246,6 +249,8 @@ def summary_lines(out: Path, code: int) -> list[str]:
     loss = s.get("final_loss")
     if isinstance(loss, (int, float)):
         lines.append(f"  final loss           {loss:.6g}")
+    for death in s.get("deaths") or []:
+        lines.append(f"  dead                 {name_dead(death['worker'], death['at'], death)}")
     lines += slowest_lines(records, read_hosts(out))
     if s.get("error"):
         lines.append(f"  error                {s['error']}")
@@ -270,7 +275,7 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
         for name in RUN_FILES:
             (Path(out) / name).unlink(missing_ok=True)
         code = run_child(cmd, env=lock.child_env(env), pass_fds=(lock.fd,), timeout=timeout,
-                         started=(STARTED, startup_bound(cfg)))
+                         started=(STARTED, startup_bound(cfg)), finished=(FINISHED, END_BOUND))
         if not (Path(out) / "summary.json").is_file():
             # rank 0 writes a summary on every path it lives to see, failures included: this job was ended from
             # outside. Never exit 0 then: Open MPI's launcher, when it loses a host's daemon, ends the job and
@@ -292,18 +297,25 @@ def _launch(spec, out, cfg, lock: FolderLock, *, scheme: int, overrides: dict, h
     except subprocess.TimeoutExpired:
         _summary_from_outside(Path(out), cfg, f"the job did not finish within {timeout:g} s and was killed", echo)
         return 124
+    except NotEnded:
+        # rank 0 wrote its summary, then the job did not end: a rank or a launcher's proxy it cannot reach (a lost host
+        # or link) holds it. The run's outcome is rank 0's.
+        echo(f"# the job did not end within {END_BOUND:g} s of rank 0's summary (a lost host or link?): it was "
+             "stopped; the run's outcome is rank 0's")
+        return 1 if _summary_error(Path(out)) else 0
     except NotStarted:
         # every rank hung before its own bounded waits begin (inside MPI_Init or Python's start-up): only the
         # launcher can see it
         _summary_from_outside(Path(out), cfg, f"the ranks did not all start within {startup_bound(cfg):g} s (2 x "
                               f"[run] startup_timeout + {STARTUP_SLACK:g} s): a rank hung in Python's start-up or in "
-                              "MPI_Init; the job was killed", echo)
+                              "MPI_Init, or was killed while it started (an out-of-memory kill: a line `gradcode: rank "
+                              "N ... ended on signal 9` above); the job was killed", echo)
         return 1
 
 
 def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
     """Say ``error`` and write the summary rank 0 could not: the error and the iterations recorded (whose records
-    stay)."""
+    stay). A summary rank 0 wrote is never replaced: ``error`` is added to it as ``launcher_error``."""
     try:
         with open(out / "records.jsonl") as fh:
             done = sum(1 for line in fh if line.strip())
@@ -312,7 +324,14 @@ def _summary_from_outside(out: Path, cfg, error: str, echo) -> None:
     error = f"{error}; {done} iterations recorded, kept in records.jsonl"
     echo(f"# {error}")
     try:
-        write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
+        written = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        written = None
+    try:
+        if isinstance(written, dict):      # rank 0's, complete: kept, the launcher's word added
+            write_summary(out, {**written, "launcher_error": error})
+        else:
+            write_summary(out, {"iterations": done, **cfg.summary_fields([], error)})
     except OSError as err:     # the folder gone or full: say so, and let the failure that brought us here stand
         echo(f"# could not write {out / 'summary.json'}: {err.strerror or err}")
 
@@ -333,6 +352,17 @@ def _signal_name(number: int) -> str:
 
 
 STARTUP_SLACK = 10.0   # seconds on top of start-up itself: the launcher and the Python interpreters
+# seconds a job has to end once rank 0 wrote its summary: its MPI_Abort's wait (__main__.ABORT_WAIT, 5 s) or the
+# ranks' MPI_Finalize and the rank shells' linger, with room for a loaded machine
+END_BOUND = 20.0
+
+
+def _summary_error(out: Path) -> bool:
+    """Does rank 0's summary hold an error (or is it unreadable)?"""
+    try:
+        return bool(json.loads((out / "summary.json").read_text()).get("error"))
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def startup_bound(cfg) -> float:

@@ -25,15 +25,16 @@ out plan ``t``, ``end`` when the stop rule held; the loss evaluation for the rec
 ``t`` with the same draws and zero overhead from where the workers are (:meth:`Master._shadow`), so each
 iteration is charged its own overhead only.
 
-**Shutdown.** ``STOP`` to every worker, then wait up to ``[run] grace`` seconds for their ``ACK``. Workers that never
-acknowledged are reported on stderr and in the summary, and :meth:`Master.run` returns True: ``__main__`` then
-aborts the job (``MPI_Abort`` with code 0: the run itself completed; its records and summary are on disk).
+**Shutdown.** ``STOP`` to every living worker, then up to ``[run] grace`` seconds for their ``ACK``. Workers that
+never acknowledged are reported on stderr and in the summary; if any, or if a worker died, :meth:`Master.run`
+returns True and ``__main__`` aborts the job (``MPI_Abort(0)``: the run completed, its files are on disk).
 
-**Failures.** A stop rule that can never hold (a worker's model delay is infinite, or every worker has answered
-and an erasure leaves it unmet) fails at once with the reason; so does a worker that reports a failure or whose
-process is gone (``peers.py``); with no message for ``grace`` seconds while the rule is unmet the master fails
-naming the workers it waits for and their processes' state. The records so far are on disk, ``__main__`` writes
-the summary with the error (:meth:`Master.write_failure`) and the job exits non-zero.
+**Deaths and failures.** A worker that reports a failure or whose process is gone is an erasure (``deaths.py``):
+never sent a plan again, the run goes on while the stop rule can hold with the living. A rule that can never hold
+(the dead, an infinite model delay, every worker answered and an erasure leaves it unmet) fails at once with the
+reason; no message for ``grace`` seconds while the rule is unmet fails naming the workers waited for and their
+processes' state. The records so far are on disk, ``__main__`` writes the summary with the error
+(:meth:`Master.write_failure`) and the job exits non-zero.
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ from mpi4py import MPI
 from gradcode.clusters.driver import Driver, SimulationError, late_rule
 from gradcode.clusters.iteration import Iteration, begins, iteration
 from gradcode.clusters.records import RecordWriter, complete_record, write_summary
+from gradcode.deaths import dead_field
 
 from . import protocol as P
 from .config import RunConfig
+from .deaths import Burials
 from .faults import Faults
 from .heard import Heard
 from .peers import Peers
@@ -100,6 +103,8 @@ class Master(Driver):
         self.off_clock = 0.0     # seconds spent in evaluate so far: not counted by now()
         self.evaluation_s = 0.0  # ... and in this iteration
         self.heard = Heard(self.n, self.scale)   # per-worker times of the current iteration (worker_* fields)
+        self.burials = Burials(self)
+        self.silent: list[int] = []     # the workers that left an iteration without a message for grace seconds
 
     def now(self) -> float:
         """Model time units since the run start, without the time spent evaluating the loss for the records."""
@@ -116,6 +121,7 @@ class Master(Driver):
         self.peers.checkpoint("warm-up", setup)     # names a missing worker; the warm-up's Idup cannot
         self.port.warm_up(setup)
         self.peers.checkpoint("clock start", setup)
+        self.peers.tolerant = True       # from now on a worker's death is an erasure (deaths.py)
         self.t0 = time.perf_counter()
         self.writer = RecordWriter(self.out / "records.jsonl")
         try:
@@ -124,7 +130,7 @@ class Master(Driver):
             self._write_record()
             self.writer.close()
         unresponsive = self.port.shutdown()
-        if self.port.shared and not unresponsive:
+        if self.port.shared and not unresponsive and not self.dead:
             self.peers.checkpoint("shutdown", self.options.grace)
             self.port.close()     # collective: every worker has acknowledged the STOP and met the checkpoint
         self._write_summary(unresponsive, None)
@@ -133,13 +139,14 @@ class Master(Driver):
             _log(f"workers {unresponsive} (ranks {ranks}) did not answer within the grace period of "
                  f"{self.options.grace:g} s{self.peers.states(ranks)}: aborting them (records and summary are "
                  "written)")
+        if unresponsive or self.dead:     # MPI_Finalize would wait for them for ever (deaths.py)
             time.sleep(0.3)    # let the launcher forward the message before MPI_Abort
-        return bool(unresponsive)
+        return bool(unresponsive or self.dead)
 
     def write_failure(self, error: str) -> None:
-        """The summary of a run that failed at any point, with the error; the workers that still held a plan are
-        listed as unresponsive."""
-        self._write_summary(sorted(int(i) for i in np.flatnonzero(self.busy >= 0)), error)
+        """The summary of a run that failed at any point, with the error; the workers that left the last iteration
+        without a message for ``grace`` seconds are listed as unresponsive."""
+        self._write_summary(self.silent, error)
 
     def _write_summary(self, unresponsive: list[int], error: str | None) -> None:
         np.save(self.out / "params.npy", self.w)
@@ -148,6 +155,7 @@ class Master(Driver):
     # --- one iteration: plan, publish, poll until the policy holds, conclude --------------------------------
     def gather(self, t: int, plan) -> dict[str, Any]:
         self.faults.maybe_crash(t)
+        self.burials.bury(t, plan)
         tick = time.perf_counter()
         start, stamp = self.now(), time.time()
         it = _Iteration(t, start, stamp, self.port.publish(t, self.w), late_rule(self.options.late_workers, plan))
@@ -156,8 +164,8 @@ class Master(Driver):
         free = np.where(self.busy < 0, it.start, it.start + (self.expected_free - it.stamp) / self.scale)
         # under abandon the busy workers too, unless one has not taken its last plan yet (a large model
         # mid-transfer): it gets this one when it answers
-        targets = [int(i) for i in range(self.n) if self.busy[i] < 0
-                   or (it.late == "abandon" and self.port.taken(i))]
+        targets = [int(i) for i in range(self.n) if i not in self.dead and (
+            self.busy[i] < 0 or (it.late == "abandon" and self.port.taken(i)))]
         for i in targets:
             self._send_plan(it, plan, i, ring=False)
         self.port.ring(targets)      # after every plan is out: a woken worker may take the CPU from the master
@@ -193,8 +201,10 @@ class Master(Driver):
             if not (self.busy >= 0).any():
                 raise RunFailure(self._unmet(it, "every worker has answered and none is computing"))
             if time.perf_counter() - last > self.options.grace:
+                self.silent = sorted(int(i) for i in np.flatnonzero(self.busy >= 0))
                 raise RunFailure(self._unmet(it, f"no message for {self.options.grace:g} s ([run] grace)"))
-            self.peers.check()      # a worker that failed or died: name it now, not after grace
+            self.peers.check()      # a worker that failed or died: an erasure now, not a silence of grace seconds
+            self.burials.bury(it.t, plan, it.received)
             self.port.nap((plan.deadline - (self.now() - it.start)) * self.scale)
 
     def _take(self, it: _Iteration, plan, i: int, res: Result, held: bool) -> bool:
@@ -228,7 +238,7 @@ class Master(Driver):
             _log(f"iteration {it.t}: worker {i} (rank {i + 1}) sent non-finite values; treated as an erasure")
             return False
         it.received.append((i, res.chunks))
-        values = P.as_payload(payload, self.port.is_complex)     # float64, as it travelled
+        values = payload     # float64, as it travelled (a complex message as its float64 view: 2 values an entry)
         row = len(it.received) - 1
         if self.total is not None:
             a = self.scheme.arrival_weight(it.received, plan)
@@ -267,18 +277,22 @@ class Master(Driver):
         worker that catches a plan on one clock and misses it on the other makes the two differ by a whole delay.)
         Sets the workers' expected free times and the policy's fallback; returns the ideal."""
         compute, comm = (x[0] for x in self.delay.sample(self.options.seed, it.t, self.n, plan.load))
-        it.emulated = compute + comm
         start = it.start
         begin = begins(plan, it.late, start, free)
+        if self.dead:     # the simulator's dead worker: it never begins a plan (gradcode.deaths)
+            dead = np.isin(np.arange(self.n), list(self.dead))
+            begin, compute = np.where(dead, np.inf, begin), np.where(dead, np.inf, compute)
+        it.emulated = compute + comm
         try:
-            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late)
+            ideal = iteration(self.policy, plan, start, begin, compute, comm, it.late, self.links)
         except SimulationError as err:
             raise RunFailure(f"iteration {it.t}: {err}") from None
         if self.port.streaming:     # a worker takes a newer plan where the simulator says it is free
             self.expected_free[:] = np.where(ideal.started, it.stamp + (ideal.free - start) * self.scale,
                                              self.expected_free)
         else:       # the workers sent this plan now; a busy one is given it when its late answer comes (_take)
-            self.expected_free[sent] = it.stamp + it.emulated[sent] * self.scale
+            busy = it.emulated[sent] if self.links is None else ideal.free[sent] - start    # links: plan and message
+            self.expected_free[sent] = it.stamp + busy * self.scale
         self.scheme.observe_chunks(it.t, compute / plan.chunk_counts)
         it.fallback = self.policy.fallback(ideal.received, plan)
         return ideal
@@ -293,7 +307,7 @@ class Master(Driver):
             combined = self.scheme.combine(messages, it.received, plan)
         fields = dict(ideal_end=it.start + (ideal.end - ideal.start), combined=combined, stale=it.stale,
                       erasures=it.erasures, overruns=it.overruns,
-                      ideal_responders=[int(i) for i in ideal.responders],
+                      ideal_responders=[int(i) for i in ideal.responders], **dead_field(self.dead),
                       **self.heard.fields(it.t, it.start, self.delay.injects))
         # the work counted is the ideal's on the same draws; what was used is what arrived
         return self.conclude_gather(it.t, plan, it.start, end, it=replace(ideal, end=end, received=it.received),

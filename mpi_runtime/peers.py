@@ -86,6 +86,11 @@ class Peers:
         self.next_check = 0.0
         self.box = np.zeros(1)
         self.sent: list = []     # sends never waited for (pongs, pings, a failure report), with their buffers
+        # rank 0 of a master/worker run, once its clock runs: a worker's death or failure is an erasure, kept in
+        # ``lost`` (rank -> why) for the master to take (:meth:`take_lost`) instead of raised
+        self.tolerant = False
+        self.lost: dict[int, str] = {}
+        self.note = ""       # said after a death that ends the run (e.g. what an All-Reduce would need to go on)
 
     # --- meeting points -------------------------------------------------------------------------------------
     def checkpoint(self, stage: str, timeout: float) -> None:
@@ -134,17 +139,32 @@ class Peers:
         self.next_check = now + CHECK_EVERY
         status = MPI.Status()
         if self.rank == 0:
-            if self.world.Iprobe(source=MPI.ANY_SOURCE, tag=FAIL_TAG, status=status):
+            while self.world.Iprobe(source=MPI.ANY_SOURCE, tag=FAIL_TAG, status=status):
                 failed = status.Get_source()
                 text = bytearray(status.Get_count(MPI.BYTE))
                 self.world.Recv([text, MPI.BYTE], source=failed, tag=FAIL_TAG)
-                raise RunFailure(f"{who([failed])} failed: {text.decode(errors='replace')}")
+                self._lose(failed, f"failed: {text.decode(errors='replace')}")
+                self._send(np.zeros(1), failed, FAIL_TAG)     # heard: it may end (__main__), not the job
         elif self.world.Iprobe(source=0, tag=PING_TAG):
             self.world.Recv(self.box, source=0, tag=PING_TAG)
             self._send(np.zeros(1), 0, PONG_TAG)
-        for rank in self.watched:
+        for rank in list(self.watched):
             if rank in self.local and process_state(self.local[rank]) is None:
-                raise (MasterLost if rank == 0 else RunFailure)(f"{who([rank])} died: its process is gone")
+                if rank == 0:
+                    raise MasterLost(f"{who([0])} died: its process is gone")
+                self._lose(rank, "its process is gone")
+
+    def _lose(self, rank: int, why: str) -> None:
+        """Worker ``rank`` died or failed: kept for the master if it tolerates that, else the run's end."""
+        if not self.tolerant:
+            raise RunFailure(f"{who([rank])} {why if why.startswith('failed') else 'died: ' + why}{self.note}")
+        self.lost[rank] = why
+        self.forget(rank)
+
+    def take_lost(self) -> dict[int, str]:
+        """The workers lost since the last call (rank -> why), forgotten here (never watched again)."""
+        lost, self.lost = self.lost, {}
+        return lost
 
     def forget(self, rank: int) -> None:
         """``rank`` has finished its part (it may exit now): no longer watched."""
@@ -176,17 +196,23 @@ class Peers:
         return [ranks[i] for i in wait_all(recvs, timeout)]
 
     # --- when this rank fails -------------------------------------------------------------------------------
-    def report_failure(self, error: str, patience: float) -> None:
-        """A worker failed with ``error`` (also printed): tell rank 0, which names it, writes its summary and aborts
-        the job, and wait up to ``patience`` s for that abort (the caller aborts after it)."""
+    def report_failure(self, error: str, patience: float) -> bool:
+        """A worker failed with ``error`` (also printed): tell rank 0 and wait up to ``patience`` s for its answer.
+        True if rank 0 heard it and goes on without this worker (a master that tolerates deaths): this rank may then
+        end alone; False if not (rank 0 names it, writes its summary and aborts the job, or is gone: the caller
+        aborts)."""
         if self.rank == 0 or (0 in self.local and process_state(self.local[0]) is None):
-            return
+            return False
         self._send([np.frombuffer(error.encode()[:4000], dtype=np.uint8), MPI.BYTE], 0, FAIL_TAG)
         limit = time.perf_counter() + patience
         while time.perf_counter() < limit:
+            if self.world.Iprobe(source=0, tag=FAIL_TAG):
+                self.world.Recv(self.box, source=0, tag=FAIL_TAG)
+                return True
             if 0 in self.local and process_state(self.local[0]) is None:
-                return
+                return False
             time.sleep(10 * POLL)
+        return False
 
     def _send(self, buf, dest: int, tag: int) -> None:
         """A small send completed in the background (eagerly): its request and buffer are kept alive meanwhile."""

@@ -196,8 +196,8 @@ def message_layout(scheme, d: int) -> tuple[int, bool]:
 
 
 def as_payload(message: np.ndarray, is_complex: bool) -> np.ndarray:
-    """The float64 view of a message, as it travels."""
-    if is_complex:
+    """The float64 view of a message, as it travels (a float64 payload of a complex code already is: as received)."""
+    if is_complex and np.iscomplexobj(message):
         return np.ascontiguousarray(message, dtype=np.complex128).view(np.float64)
     return np.ascontiguousarray(message, dtype=np.float64)
 
@@ -302,13 +302,14 @@ def dup(comm: MPI.Comm, timeout: float, watch=None) -> MPI.Comm:
     return new
 
 
-def cancel_receive(request: MPI.Request) -> bool:
+def cancel_receive(request: MPI.Request, timeout: float | None = None) -> bool:
     """Cancel a pending *receive* (sends are never cancelled). Returns True if it was cancelled, False if a
-    message won the race and was received into the buffer (the caller discards it)."""
+    message won the race and was received into the buffer (the caller discards it). ``timeout`` as in
+    :func:`wait`."""
     if request == MPI.REQUEST_NULL:
         return True
     request.Cancel()
-    status = wait(request)
+    status = wait(request, timeout=timeout)
     return bool(status.Is_cancelled())
 
 

@@ -41,6 +41,7 @@ class MasterPort:
         self.recv_bufs = [np.full(P.RESULT_HEADER + self.length, 0.0) for _ in range(self.n)]
         self.send_reqs = [MPI.REQUEST_NULL] * self.n
         self.recv_reqs = [MPI.REQUEST_NULL] * self.n
+        self.dead: set[int] = set()      # workers dropped (drop): no request to or from them any more
 
     def warm_up(self, timeout: float) -> None:
         """The buffers' first exchange with every worker (``protocol.warm_up``), then the receives posted."""
@@ -124,18 +125,35 @@ class MasterPort:
         self._post(i)
 
     def _post(self, i: int) -> None:
-        self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=P.RESULT_TAG)
+        if i not in self.dead:
+            self.recv_reqs[i] = self.comm.Irecv(self.recv_bufs[i], source=i + 1, tag=P.RESULT_TAG)
+
+    def drop(self, i: int) -> None:
+        """Worker ``i`` is dead: never wait on it, send to it or collect with it again. Its pending receive is
+        cancelled (a local operation, complete at once with MPICH also for a dead peer: measured), its last send
+        never waited for, and the model slots it held are free."""
+        self.dead.add(i)
+        try:
+            P.cancel_receive(self.recv_reqs[i], timeout=self.grace)
+        except TimeoutError:
+            pass       # never seen; the request is left behind, as the job ends with MPI_Abort (master.py)
+        self.recv_reqs[i] = self.send_reqs[i] = MPI.REQUEST_NULL
+        self.unread.answered(i, 2 ** 62)
 
     def shutdown(self) -> list[int]:
-        """STOP every worker; wait up to ``grace`` s for their ACKs, dropping the results still coming; return
-        the workers that never answered. Receives still pending are cancelled (``protocol.cancel_receive``)."""
+        """STOP every living worker; wait up to ``grace`` s for their ACKs, dropping the results still coming;
+        return the workers that never answered. Receives still pending are cancelled (``protocol.cancel_receive``)."""
         stop = np.zeros(1)
         acks = [np.zeros(1) for _ in range(self.n)]
-        stops = [self.comm.Isend(stop, dest=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
-        self.ring(range(self.n))
-        ack_reqs = [self.comm.Irecv(acks[i], source=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
+        living = [i for i in range(self.n) if i not in self.dead]
+        null = MPI.REQUEST_NULL
+        stops = [null if i in self.dead else self.comm.Isend(stop, dest=i + 1, tag=P.CTRL_TAG) for i in range(self.n)]
+        self.ring(living)
+        ack_reqs = [null if i in self.dead else self.comm.Irecv(acks[i], source=i + 1, tag=P.CTRL_TAG)
+                    for i in range(self.n)]
         limit = time.perf_counter() + self.grace
         acked = np.zeros(self.n, dtype=bool)
+        acked[list(self.dead)] = True       # nothing to wait for
         while not acked.all() and time.perf_counter() < limit:
             for i in MPI.Request.Testsome(ack_reqs) or []:
                 acked[i] = True
@@ -144,7 +162,7 @@ class MasterPort:
                 if not acked[i]:
                     self._post(i)       # it may have more in flight before its ACK
             time.sleep(P.POLL)
-        for i in np.flatnonzero(acked):
+        for i in (i for i in living if acked[i]):
             # every result sent before the ACK has been matched: a pending receive can only be cancelled
             P.cancel_receive(self.recv_reqs[i])
             P.wait_all([self.send_reqs[i], stops[i]], self.grace)   # both were received: already complete

@@ -45,8 +45,8 @@ def test_failed_mpi_runs_are_printed_with_their_reason(tmp_path, monkeypatch):
     failing["schemes"] = [{"name": "sync"}]
     monkeypatch.setenv("GRADCODE_TEST_CRASH", "1:0")   # before any record
     # the reason is the error rank 0's summary names (the rank, what it raised, the host)
-    with pytest.raises(HarnessError, match=r"(?s)every run failed.*rank 1 \(worker 0\) failed: crashed "
-                                           r"\(InjectedCrash\).*on host") as err:
+    with pytest.raises(HarnessError, match=r"(?s)every run failed.*worker 0 \(rank 1, host [^)]*\) at iteration 0: "
+                                           r"failed: crashed \(InjectedCrash\).*on host") as err:
         compare(failing, tmp_path / "out", progress=False, figures=False, mpi=MPI_OK)
     assert "no run has any records" not in str(err.value)
 

@@ -23,7 +23,8 @@ MAX_LINES = 600
 # (layer, module prefixes), bottom to top; the longest matching prefix places a module.
 LAYERS = [
     ("plumbing", ["gradcode.errors", "gradcode.plumbing"]),
-    ("core", ["gradcode.codes", "gradcode.delays", "gradcode.schemes", "gradcode.workloads", "gradcode.optim"]),
+    ("core", ["gradcode.codes", "gradcode.delays", "gradcode.schemes", "gradcode.workloads", "gradcode.optim",
+              "gradcode.network"]),
     ("spec", ["gradcode.spec"]),
     ("clusters", ["gradcode.clusters", "mpi_runtime"]),
     ("output", ["gradcode.output"]),

@@ -66,6 +66,7 @@ MASTER_SCHEMES = {
     "backup": {"name": "backup", "b": 1},
     "coded_exact": {"name": "coded", "code": "cyclic_repetition", "s": 1},
     "coded_approx": {"name": "coded", "code": "expander", "s": 1, "wait": 2, "method": "optimal"},
+    "coded_complex": {"name": "coded", "code": "cyclic_mds", "s": 2},    # n - s even: complex messages, 2d values
 }
 
 
@@ -279,7 +280,7 @@ def test_unresponsive_worker_sync_fails_with_reason(tmp_path):
 
 @pytest.mark.mpi
 def test_crashed_worker_ends_job_with_records(tmp_path):
-    spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10)
+    spec = mpi_spec({"name": "sync"}, iterations=10)     # needs every worker (test_mpi_deaths.py: those that do not)
     proc, out = run_mpi(spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "2:3"}, timeout=60)
     assert proc.returncode != 0
     assert "rank 2 (worker 1) crashed" in proc.stderr
@@ -688,3 +689,14 @@ def test_sim_and_mpi_take_the_same_nesterov_steps_and_evaluate_the_same(tmp_path
         if b["test_accuracy"] is not None:
             assert a["test_accuracy"] == pytest.approx(b["test_accuracy"])
             assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-9)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("shared", ["1", "0"])
+def test_a_complex_code_runs_through_shared_memory_and_messages(shared, tmp_path):
+    """Cyclic MDS at n = 4, s = 2 is complex (n - s even): its messages travel as 2 d float64, in the shared rings or
+    in the messages themselves (GRADCODE_MPI_SHARED=0, as between hosts), and decode to the simulator's model."""
+    spec = mpi_spec({"name": "coded", "code": "cyclic_mds", "s": 2}, iterations=4)
+    proc, out = run_mpi(spec, tmp_path, env_extra={"GRADCODE_MPI_SHARED": shared})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    np.testing.assert_allclose(np.load(out / "params.npy"), simulate_spec(spec).params, rtol=1e-8, atol=1e-10)

@@ -10,6 +10,7 @@ from gradcode import RunOptions, make_scheme, simulate
 from gradcode.cli import main
 from gradcode.clusters.records import as_written
 from gradcode.clusters.sim import SimulatedCluster
+from gradcode.deaths import FAULT_KEYS
 from gradcode.delays import make_delay
 from gradcode.errors import ConfigError
 from gradcode.spec import CLUSTER_KEYS, RUN_KEYS, build, load_spec
@@ -52,14 +53,17 @@ def test_target_loss_without_a_workload_fails_when_the_spec_is_loaded():
 
 def test_every_option_is_a_spec_key_and_reaches_the_object():
     names = {f.name for f in dataclasses.fields(RunOptions)}
-    assert names == (set(RUN_KEYS) - {"seeds"}) | {"late_workers"}
+    assert names == (set(RUN_KEYS) - {"seeds"}) | {"late_workers", "network"} | set(FAULT_KEYS)   # network: its table
     assert "late_workers" in CLUSTER_KEYS and "late_workers" not in RUN_KEYS
     given = {"iterations": 7, "seed": 3, "lr": 0.05, "target_loss": 0.01, "time_budget": 50.0, "loss_every": 2,
              "optimizer": "momentum", "momentum": 0.5, "batch": 4, "time_scale": 0.02, "grace": 3.0,
              "startup_timeout": 30.0, "inject": "add"}
     options = load_spec(spec(given, {"late_workers": "abandon"})).options
     assert dataclasses.asdict(options) == {**dataclasses.asdict(RunOptions()), **given, "late_workers": "abandon"}
-    assert given.keys() | {"late_workers", "eval_every", "target_accuracy"} == names   # all but the held-out two
+    # all but the held-out two, [network] and [faults] (tests/test_deaths.py)
+    assert given.keys() | {"late_workers", "eval_every", "target_accuracy", "network", *FAULT_KEYS} == names
+    raw = {**spec(), "network": {"link": "1gbit", "slots": 3}}
+    assert load_spec(raw).options.network.link == 1.25e8
 
 
 def test_command_line_overrides_are_checked_with_the_spec():

@@ -119,7 +119,7 @@ def test_a_star_moves_the_key_of_every_entry_that_sets_it():
 
 @pytest.mark.parametrize("path, message", [
     ("delay", "names the table \\[delay\\] but no key"),
-    ("nothing.x", "a path starts with one of cluster, workload, delay, scheme, run, schemes, delays"),
+    ("nothing.x", "a path starts with one of cluster, workload, delay, scheme, run, network, schemes, delays"),
     ("delays.pareto.alpha", "no \\[\\[delays\\]\\] tables \\(it has a single \\[delay\\] table"),
     ("scheme.k", "no \\[scheme\\] table; it has"),
     ("schemes.backup.b", "matches no \\[\\[schemes\\]\\] entry.*'sync', 'fastest_k k=3'.*names 'sync', 'fastest_k'"),

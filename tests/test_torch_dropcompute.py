@@ -98,3 +98,24 @@ def test_the_example_drops_the_slow_workers_micro_batches_and_steps_sooner(tmp_p
     assert sync["micro_batches_computed"] == 24 and sync["tau_ms"] is None
     assert dc["tau_ms"] is not None and dc["micro_batches_computed"] < 24
     assert dc["mean_step_ms"] < sync["mean_step_ms"]
+
+
+@pytest.mark.multihost
+def test_the_example_on_three_emulated_hosts(tmp_path):
+    """examples/torch_dropcompute.py --hosts 3 (root): one process on each of three emulated hosts that share no
+    memory, gloo's rendezvous at the first host's address, host 2 three times slower: DropCompute again computes
+    fewer micro-batches and steps sooner than synchronous training."""
+    from mpi_runtime.cluster_emu import missing_requirements
+
+    why = missing_requirements(rate=True)
+    if why is not None:
+        pytest.skip(f"no emulated cluster here: {why}")
+    out = tmp_path / "dc.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "torch_dropcompute.py"), "--hosts", "3",
+                           "--prefix", f"td{os.getpid() % 10000}", "--steps", "14", "--warmup", "2", "--record", "4",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    sync, dc = r["sync"], r["dropcompute"]
+    assert sync["micro_batches_computed"] == 24 and dc["micro_batches_computed"] < 24
+    assert dc["mean_step_ms"] < sync["mean_step_ms"]

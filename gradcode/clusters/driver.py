@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from ..deaths import deaths_summary, unmet_text
 from ..errors import GradcodeError
+from ..network import Links, bind
 from ..optim import Optimizer
-from ..schemes._base import Combined, Plan, Schedule, Scheme, as_received
+from ..schemes._base import Combined, Plan, Received, Schedule, Scheme, as_received
 from ..spec import RunOptions
-from .iteration import Iteration
+from .iteration import Iteration, emit_table
 from .records import HELDOUT_KEYS, build_record, summarize, work_fields
 
 
@@ -120,6 +123,17 @@ class StopPolicy:
             return True
         return fallback is not None and fallback <= set(as_received(received))
 
+    def can_hold(self, plan: Plan, able: np.ndarray) -> bool:
+        """Can the stop rule still hold if only the workers ``able`` (a boolean mask) send, each every message its
+        plan lets it send? A plan with a deadline ends with any one message; an exact code must decode (its
+        fallback, all that arrive, is for messages late for ever, not for the dead)."""
+        worker, chunks = emit_table(self.scheme, plan, self.scheme.n)
+        keep = able[worker]
+        received = Received(worker[keep], None if not plan.chunked else chunks[keep])
+        if not len(received):
+            return False
+        return math.isfinite(plan.deadline) or self.scheme.done(received, plan)
+
     @staticmethod
     def out_of_time(received, elapsed: float, plan: Plan) -> bool:
         """Has the plan's deadline passed, ``elapsed`` after the start, with at least one message?"""
@@ -127,13 +141,17 @@ class StopPolicy:
 
 
 # --- a decentralized step on the virtual clock ---------------------------------------------------------------
-def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan) -> tuple[np.ndarray, Schedule]:
-    """Step ``t``'s chunk times and the scheme's schedule for them; an error if the All-Reduce can never end."""
+def all_reduce_schedule(scheme, delay, seed: int, t: int, plan: Plan,
+                        links: Links | None = None) -> tuple[np.ndarray, Schedule]:
+    """Step ``t``'s chunk times and the scheme's schedule for them; an error if the All-Reduce can never end. With
+    ``links`` the schedule's ``exchange`` is the All-Reduce's time on them (:meth:`Links.all_reduce`)."""
     micro, comm = scheme.micro_times(delay, seed, t)
     schedule = scheme.schedule(micro, comm, plan.tau)
     if not np.all(np.isfinite(schedule.ready)):
         silent = np.flatnonzero(~np.isfinite(schedule.ready)).tolist()
         raise SimulationError(f"{scheme.name}: All-Reduce cannot finish; workers {silent} never answer")
+    if links is not None:
+        schedule = replace(schedule, exchange=links.all_reduce(scheme.message_bytes(links.d)))
     return micro, schedule
 
 
@@ -210,6 +228,11 @@ class Driver:
         self.heldout = workload is not None and getattr(workload, "X_test", None) is not None
         self.policy = StopPolicy(scheme)
         self.records: list[dict[str, Any]] = []
+        # the [network]'s links (None: none), bound to this run's workers, model size and time unit
+        self.links = bind(options.network, self.n, None if self.w is None else self.w.size, options.time_scale)
+        # the dead workers, each with the iteration it was found dead in, and what the cluster knows of each death
+        self.dead: dict[int, int] = {}
+        self.dead_notes: dict[int, dict[str, Any]] = {}
 
     # --- the loop -----------------------------------------------------------------------------------------------
     def run(self) -> list[dict[str, Any]]:
@@ -239,7 +262,20 @@ class Driver:
                             resolution=self.resolution)
         if self.records:
             summary.update(self.summary_extras())
+        summary.update(deaths_summary(self.dead, self.dead_notes))
         return summary
+
+    def deaths_unmet(self, t: int, plan: Plan, heard=()) -> str | None:
+        """Why iteration ``t`` cannot end now that workers died (:func:`gradcode.deaths.unmet_text`), or None while
+        the stop rule can still hold with the living and the workers ``heard`` from already."""
+        if not self.dead:
+            return None
+        able = np.ones(self.n, dtype=bool)
+        able[list(self.dead)] = False
+        able[list(heard)] = True
+        if self.policy.can_hold(plan, able):
+            return None
+        return unmet_text(self.scheme, t, self.dead, self.dead_notes)
 
     def summary_extras(self) -> dict[str, Any]:
         """What the cluster adds to the summary (counts of what it measured)."""

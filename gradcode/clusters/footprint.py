@@ -58,6 +58,10 @@ def estimate_bytes(scheme, iterations: int, workload=None) -> int:
 RANK_BYTES = 48_000_000      # per MPI rank: private memory (interpreter, numpy, scipy, mpi4py) and MPICH's segments
 LIBRARY_BYTES = 45_000_000   # the libraries' code, mapped once for all ranks
 MODEL_SLOTS = 8              # model versions in the shared window (mpi_runtime.protocol.MODEL_SLOTS)
+# a process building a workload peaks at this many times the data it keeps (the generator's temporaries), and every
+# rank builds at once: measured for least_squares with 32 samples, (peak RSS - the bare interpreter's) / data = 3.73,
+# 3.26, 3.11, 3.08, 3.06 at dim = 1e5, 3e5, 1e6, 2e6, 4e6 (docs/benchmarks.md)
+BUILD_PEAK = 3.2
 
 
 def batch_bytes(n_parts: int, batch: int, workload) -> int:
@@ -79,9 +83,10 @@ def workload_bytes(workload) -> int:
 
 
 def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
-    """Bytes an MPI run of ``scheme`` on one host needs: ``n + 1`` ranks, each :data:`RANK_BYTES` and a copy of the
-    workload's data, their buffers (plans of ``capacity + d`` values, messages of ``message_size(d)``), the master's
-    records and the shared window (``MODEL_SLOTS`` models and ``n`` messages), plus the libraries once.
+    """Bytes an MPI run of ``scheme`` on one host needs at its peak: ``n + 1`` ranks, each :data:`RANK_BYTES` and
+    the workload's data as its building peaks (:data:`BUILD_PEAK` times the data kept: every rank builds at once),
+    the launcher's own copy, their buffers (plans of ``capacity + d`` values, messages of ``message_size(d)``), the
+    master's records and the shared window (``MODEL_SLOTS`` models and ``n`` messages), plus the libraries once.
 
     >>> from gradcode import make_scheme, make_workload
     >>> w = make_workload("least_squares", n_samples=60, dim=4)
@@ -94,7 +99,7 @@ def estimate_mpi_bytes(scheme, workload, iterations: int) -> int:
     plan_floats = 16 + capacity + d
     length = scheme.message_size(d)
     data = workload_bytes(workload)
-    ranks = (n + 1) * (RANK_BYTES + data)
+    ranks = (n + 1) * (RANK_BYTES + int(BUILD_PEAK * data)) + data
     buffers = 8 * (n * plan_floats + n * length            # the master: a plan buffer and a message per worker
                    + n * (2 * plan_floats + length))        # each worker: two plan buffers and its message
     shared = 8 * (MODEL_SLOTS * (1 + d) + n * length)
@@ -110,11 +115,12 @@ def check_mpi_memory(scheme, workload, iterations: int, *, available: tuple[int,
     need = estimate_mpi_bytes(scheme, workload, iterations)
     have = memory.available_bytes() if available is None else available
     if have is not None and need > have[0]:
-        n = scheme.n
+        n, data = scheme.n, workload_bytes(workload)
         raise ConfigError(
             f"this MPI run would need about {describe_bytes(need)} of memory on this host ({n + 1} ranks of "
-            f"about {describe_bytes(RANK_BYTES + workload_bytes(workload))} each: the interpreter, numpy, scipy, "
-            f"mpi4py and a copy of the workload's data of {describe_bytes(workload_bytes(workload))}), but only "
+            f"about {describe_bytes(RANK_BYTES + int(BUILD_PEAK * data))} each at start-up: the interpreter, numpy, "
+            f"scipy, mpi4py, and the workload's data of {describe_bytes(data)} as each rank builds it, about "
+            f"{BUILD_PEAK:g} times that at the peak), but only "
             f"{describe_bytes(max(have[0], 0))} is available ({have[1]}); use fewer workers or a smaller workload, "
             "or spread the ranks over several hosts (--hostfile)")
     return need

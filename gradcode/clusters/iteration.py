@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..network import Links
 from ..schemes._base import Plan, Received, Scheme, as_received
 from .records import WORKER_TIMES_MAX_N, worker_times
 
@@ -52,6 +53,7 @@ class Iteration:
     sent: np.ndarray
     table: tuple[np.ndarray, np.ndarray] | None = None
     times: np.ndarray | None = None
+    leave: np.ndarray | None = None     # when the table's messages were sent, where a network delays them
 
     @cached_property
     def senders(self) -> np.ndarray:
@@ -109,7 +111,7 @@ class Iteration:
             who, c, at = worker[by_end], c[by_end], self.times[by_end]
             last = len(who) - 1 - np.unique(who[::-1], return_index=True)[1]
             i, c, at = who[last], c[last], at[last]
-            sent[i], arrived[i] = at - comm[i], at
+            sent[i], arrived[i] = (at - comm[i] if self.leave is None else self.leave[by_end][last]), at
             work[i] = compute[i] * c / chunks[i]
         return worker_times(self.start, plan_received=np.where(took, self.begin, np.nan), compute=work, sent=sent,
                             arrived=arrived, delay=np.where(took, compute + comm, np.nan))
@@ -122,11 +124,14 @@ def begins(plan: Plan, late: str, start: float, free: np.ndarray) -> np.ndarray:
 
 
 def iteration(policy, plan: Plan, start: float, begin: np.ndarray, compute: np.ndarray, comm: np.ndarray,
-              late: str) -> Iteration:
+              late: str, links: Links | None = None) -> Iteration:
     """The messages of every worker's chunks, ended by the stop policy ``policy`` (a
     :class:`gradcode.clusters.driver.StopPolicy`); ``late`` is ``finish`` or ``abandon``
-    (:func:`gradcode.clusters.driver.late_rule`)."""
+    (:func:`gradcode.clusters.driver.late_rule`). With ``links`` (:mod:`gradcode.network`) the plans
+    and the messages cross them: a worker begins when its plan has come, a message arrives when the links say."""
     n = len(begin)
+    if links is not None:
+        begin = links.plans(begin, links.plan_bytes)
     one_each = not plan.chunked     # one message a worker, in worker order: the same arithmetic on whole arrays
     if one_each:
         ends, started, worker, chunks = (begin + compute)[:, None], None, None, None
@@ -137,6 +142,10 @@ def iteration(policy, plan: Plan, start: float, begin: np.ndarray, compute: np.n
         keep = chunks <= started[worker]      # a message after a chunk the worker never starts is never sent
         worker, chunks = worker[keep], chunks[keep]
         times = ends[worker, chunks - 1] + comm[worker]
+    leave = None
+    if links is not None:
+        leave, times = times, links.messages(times, np.arange(n) if one_each else worker,
+                                             policy.scheme.message_bytes(links.d))
     order = arrival_order(times)
     finite = np.isfinite(times)
     if not finite.all():      # (usually all are: then no gather of every time)
@@ -158,7 +167,8 @@ def iteration(policy, plan: Plan, start: float, begin: np.ndarray, compute: np.n
             last = chunks == done[worker]
             np.maximum.at(free, worker[last], times[last])
         table = (worker, chunks)
-    return Iteration(start, end, begin, ends, received, times[order[:m]], took, done, free, sent, table, times)
+    return Iteration(start, end, begin, ends, received, times[order[:m]], took, done, free, sent, table, times,
+                     leave)
 
 
 def _one_chunk(late: str, begin, compute, chunk_end, arrive, took, end: float):
@@ -260,6 +270,7 @@ def chunk_ends(plan: Plan, begin: np.ndarray, compute: np.ndarray) -> tuple[np.n
     ends = np.where(j <= counts[:, None], begin[:, None] + compute[:, None] * j / counts[:, None], np.inf)
     # chunk j (0-based) starts at the end of chunk j - 1; it is started only before the local deadline
     starts = np.concatenate([begin[:, None], ends[:, :-1]], axis=1)
-    may = (starts - begin[:, None] < plan.tau) | (j == 1)
+    with np.errstate(invalid="ignore"):      # a dead worker's begin is inf (inf - inf: it starts no chunk)
+        may = (starts - begin[:, None] < plan.tau) | (j == 1)
     started = np.minimum(counts, np.cumprod(may, axis=1).sum(axis=1))
     return ends, started

@@ -43,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from ..deaths import all_reduce_text, dead_field, planned_deaths
 from ..delays import make_delay
 from ..errors import ConfigError, check_float
+from ..network import bind
 from ..schemes import Scheme
 from ..schemes._base import Combined, Plan, Received
 from ..spec import LATE_WORKERS, RunOptions
@@ -107,17 +109,19 @@ def simulate(scheme: Scheme, delay, workload=None, options: RunOptions | None = 
         raise ConfigError("target_loss needs a workload (timing-only runs have no loss)")
 
     iterations, seed = options.iterations, options.seed
+    deaths = planned_deaths(options, scheme.n)
     scheme.bind(delay=delay)
     scheme.reset()
     check_memory(scheme, iterations, workload)   # before the work: a clear refusal, not a MemoryError or swap
-    if _vectorizable(scheme, workload, options):
+    if _vectorizable(scheme, workload, options) and not deaths:
         records = _vectorized_timing(scheme, delay, iterations, seed)
         if on_record is not None:
             for rec in records:
                 on_record(rec)
         return SimResult(records, summarize(records), params=None)
-    if _finish_vectorizable(scheme, workload, options):
-        records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations))
+    if _finish_vectorizable(scheme, workload, options) and not deaths:
+        links = bind(options.network, scheme.n, None, options.time_scale)
+        records = _timing_finish(scheme, delay, iterations, seed, on_record, _progress(progress, iterations), links)
         return SimResult(records, summarize(records), params=None)
     cluster = SimulatedCluster(scheme, delay, workload, options, on_record=on_record, progress=progress)
     records = cluster.run()
@@ -144,7 +148,8 @@ def _progress(enabled: bool, total: int):
 
 def _vectorizable(scheme: Scheme, workload, options: RunOptions) -> bool:
     """Timing only, fresh draws every iteration, a fixed "first m arrivals" rule: one vectorised pass suffices."""
-    if workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None:
+    if (workload is not None or scheme.decentralized or scheme.streams or options.time_budget is not None
+            or options.network is not None):
         return False
     plan = scheme.plan(0)
     if plan.chunked or late_rule(options.late_workers, plan) != "abandon":
@@ -228,7 +233,8 @@ def _vectorized_timing(scheme: Scheme, delay, iterations: int, seed: int, chunk:
     return records
 
 
-def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, chunk: int = 256) -> list[dict]:
+def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record, bar, links=None,
+                   chunk: int = 256) -> list[dict]:
     """:meth:`SimulatedCluster.gather` of a timing-only run with late workers finishing, the same functions
     (:func:`iteration`, :func:`gather_record`) without a cluster object, and the delays drawn ``chunk`` iterations
     at a time (they depend on ``(seed, t, i, load)`` only, and a timing-only run never changes a plan's load)."""
@@ -246,7 +252,7 @@ def _timing_finish(scheme: Scheme, delay, iterations: int, seed: int, on_record,
         unit = whole_unit(loads)
         for j, plan in enumerate(plans):
             start = clock
-            it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish")
+            it = iteration(policy, plan, start, np.maximum(start, free), compute[j], comm[j], "finish", links)
             free = np.where(it.started, it.free, free)
             clock = it.end
             rec = gather_record(scheme, plan, it, start, it.end, ideal_end=it.end, combined=None, loss=None,
@@ -275,6 +281,7 @@ class SimulatedCluster(Driver):
         self.clock = 0.0
         self.free = np.zeros(self.n)
         self._block: tuple | None = None     # (first t, load, compute, comm): the last draws (_draws)
+        self.planned = planned_deaths(options, self.n)     # [faults]: {worker: the first plan it never takes}
 
     def emit(self, rec: dict[str, Any]) -> None:
         if self.on_record is not None:
@@ -323,13 +330,30 @@ class SimulatedCluster(Driver):
         self._block = (t, load, compute, comm)
         return compute[:1], comm[:1]
 
+    def _deaths(self, t: int) -> np.ndarray | None:
+        """The workers dead by iteration ``t`` (a mask; None if none), those planned for ``t`` added now."""
+        for worker, at in self.planned.items():
+            if at <= t:
+                self.dead.setdefault(worker, at)
+        if not self.dead:
+            return None
+        dead = np.zeros(self.n, dtype=bool)
+        dead[list(self.dead)] = True
+        return dead
+
     def gather(self, t: int, plan: Plan) -> dict[str, Any]:
         start = self.clock
         compute, comm = self._draws(t, plan.load)
         compute, comm = compute[0], comm[0]
         late = late_rule(self.late, plan)
         begin = begins(plan, late, start, self.free)
-        it = iteration(self.policy, plan, start, begin, compute, comm, late)
+        dead = self._deaths(t)
+        if dead is not None:      # a dead worker never begins a plan: no message, no work
+            unmet = self.deaths_unmet(t, plan)
+            if unmet:
+                raise SimulationError(unmet)
+            begin, compute = np.where(dead, np.inf, begin), np.where(dead, np.inf, compute)
+        it = iteration(self.policy, plan, start, begin, compute, comm, late, self.links)
         self.free = np.where(it.started, it.free, self.free)
         self.clock = it.end
         self.scheme.observe_chunks(t, _chunk_seconds(plan, compute))
@@ -340,12 +364,15 @@ class SimulatedCluster(Driver):
             # per-worker spans for timelines (skipped in timing-only runs: n may be huge)
             measured["busy"] = spans(begin, _last_out(it, plan), it.started)
         measured.update(it.worker_times(compute, comm))
+        measured.update(dead_field(self.dead))
         return self.conclude_gather(t, plan, start, it.end, ideal_end=it.end, it=it, combined=combined, truth=truth,
                                     **measured)
 
     def all_reduce(self, t: int, plan: Plan) -> dict[str, Any]:
+        if self._deaths(t) is not None:
+            raise SimulationError(all_reduce_text(self.scheme, t, self.dead))
         start = self.clock
-        micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan)
+        micro, schedule = all_reduce_schedule(self.scheme, self.delay, self.seed, t, plan, self.links)
         end = self.clock = start + schedule.duration
         combined = truth = None
         measured = {}

@@ -13,9 +13,8 @@ ill-conditioned weights (``|a| ~ 1e6``) the relative error of the decoded sum of
 an order of magnitude above the residual (``benchmarks/probes/probe_decode.py`` measures it), so ``tol`` bounds the
 gradient's relative error only if the residual is kept ``ERROR_MARGIN = 16`` times below it.
 
-Concrete codes differ only in construction (``_build``) and, where they have a faster or more stable decoder than
-least squares, in ``_exact_weights`` / ``_optimal_weights`` / ``_one_step_weights``. Everything else lives here.
-See ``docs/design.md#the-scheme-interface`` for how a scheme uses a code.
+A concrete code (:class:`Code`) gives its construction and any decoder better than least squares; everything else
+lives here. See ``docs/design.md#the-scheme-interface`` for how a scheme uses a code.
 """
 
 from __future__ import annotations
@@ -40,10 +39,7 @@ from ..errors import (
 )
 
 METHODS = ("auto", "exact", "optimal", "one_step")
-# An exact decode is accepted only if ERROR_MARGIN * residual <= tol: on random partial gradients (n <= 100) the
-# gradient's relative error stays below ERROR_MARGIN times the residual (benchmarks/probes/probe_decode.py), so under
-# tol with this margin.
-ERROR_MARGIN = 16.0
+ERROR_MARGIN = 16.0   # an exact decode is accepted only if ERROR_MARGIN * residual <= tol (module docstring)
 
 
 class Decoding(NamedTuple):
@@ -61,11 +57,8 @@ class Decoding(NamedTuple):
 
 
 class Code:
-    r"""A gradient code: an ``(n, n_parts)`` encoding matrix ``B`` (workers x data partitions) for ``s`` stragglers.
-
-    Worker ``i`` computes the partitions in the support of row ``i`` and sends ``y_i = sum_j B[i, j] g_j``. From the
-    responders ``F`` the master finds weights ``a`` with ``B_F^T a ~ 1`` and returns ``sum_{i in F} a_i y_i``,
-    which is ``sum_j g_j`` when ``B_F^T a = 1``; every decoding reports ``||B_F^T a - 1||_2 / sqrt(n_parts)``.
+    r"""A gradient code: an ``(n, n_parts)`` encoding matrix ``B`` (workers x data partitions) for ``s`` stragglers
+    (the algebra: module docstring).
 
     A subclass sets ``name``, ``description`` (one line, ending in ``(exact)`` or ``(approximate)``) and ``exact``,
     and implements ``_build(rng) -> B``; it may add ``_check`` (a :class:`ConfigError` for bad parameters) and a
@@ -380,12 +373,7 @@ class Code:
         Row ``r`` of ``messages`` is the message of worker ``responders[r]``.
         """
         weights = self.decode(responders, method)
-        messages = check_numeric("messages", messages)
-        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
-            raise ConfigError(
-                f"messages must have one row per responder: expected shape ({len(responders)}, d), got "
-                f"{messages.shape}"
-            )
+        messages = self._one_row_each(check_numeric("messages", messages), responders)
         w = weights[np.asarray(responders, dtype=np.int64)]
         # A non-finite message poisons the output (even with weight 0, 0 * inf = nan), so checking the (d,) result
         # finds every bad message at a fraction of the cost of scanning all of them. The error below reports it;
@@ -396,6 +384,13 @@ class Code:
             bad = [int(r) for r, m in zip(responders, messages, strict=True) if not np.all(np.isfinite(m))]
             raise ConfigError(f"non-finite values (NaN or infinity) in the messages of workers {bad}")
         return out.real if np.iscomplexobj(out) else out
+
+    @staticmethod
+    def _one_row_each(messages: np.ndarray, responders) -> np.ndarray:
+        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
+            raise ConfigError(f"messages must have one row per responder: expected shape ({len(responders)}, d), "
+                              f"got {messages.shape}")
+        return messages
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={self.n}, s={self.s}, n_parts={self.n_parts}, seed={self.seed})"

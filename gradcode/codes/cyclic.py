@@ -29,11 +29,20 @@ def golden_stride(n: int) -> int:
     return min((q for q in range(1, n) if math.gcd(q, n) == 1), key=lambda q: (abs(q - target), q))
 
 
-def check_node_order(name: str, node_order) -> str:
-    """``node_order`` of a code on the roots of unity: ``"golden"`` (stride :func:`golden_stride`) or ``"natural"``."""
-    if node_order not in ("golden", "natural"):
-        raise ConfigError(f"{name}: unknown node_order {node_order!r}; accepted: 'golden', 'natural'")
-    return node_order
+class OnTheCircle:
+    """Mixin of the codes on the ``n``-th roots of unity: ``node_order`` is ``"golden"`` (the stride
+    :func:`golden_stride`, default) or ``"natural"`` (stride 1)."""
+
+    def __init__(self, n: int, s: int, *, node_order: str = "golden", **kwargs):
+        if node_order not in ("golden", "natural"):
+            raise ConfigError(f"{self.name}: unknown node_order {node_order!r}; accepted: 'golden', 'natural'")
+        self.node_order = node_order
+        super().__init__(n, s, **kwargs)
+
+    @property
+    def stride(self) -> int:
+        """``q``: node ``i`` is ``omega^(q i)``, ``omega = exp(2 pi sqrt(-1) / n)``."""
+        return golden_stride(self.n) if self.node_order == "golden" else 1
 
 
 def _real_product(exponents, angles: np.ndarray, n: int) -> np.ndarray:
@@ -146,7 +155,7 @@ class CyclicRepetition(CyclicSupportCode):
         return C
 
 
-class CyclicMDS(CyclicSupportCode):
+class CyclicMDS(OnTheCircle, CyclicSupportCode):
     r"""Cyclic MDS code over the complex numbers (Raviv, Tamo, Tandon, Dimakis, "Gradient Coding from Cyclic MDS
     Codes and Expander Graphs", ICML 2018), with its zeros spread round the unit circle.
 
@@ -160,13 +169,10 @@ class CyclicMDS(CyclicSupportCode):
     least squares (base class), its residual checked.
 
     ``q`` is the stride of :func:`golden_stride` (``node_order="golden"``, default) or 1 (``node_order="natural"``,
-    the paper's ``B``). With ``q = 1`` the zeros of ``g`` crowd round ``-1`` and a burst of consecutive stragglers is
-    catastrophically ill-conditioned (decoding weights ~1e11 at ``n = 80, s = 19``, gradient error 0.1); the golden
-    stride spreads them, which keeps the weights of any burst moderate (the worst case moves to stragglers spaced
-    ``q^{-1} mod n`` apart). Both orders give the same support and the same guarantees
-    (``docs/references.md#gradient-codes``). Random straggler sets with large ``s`` stay ill-conditioned in either
-    order (roots of unity): such a decode fails its residual check, and ``method="auto"`` warns
-    (:class:`~gradcode.errors.DecodeFallbackWarning`).
+    the paper's ``B``): same support, same guarantees, but with ``q = 1`` the zeros of ``g`` crowd round ``-1`` and
+    a burst of consecutive stragglers is catastrophically ill-conditioned, which the golden stride avoids
+    (``docs/references.md#gradient-codes``). An ill-conditioned decode fails its residual check, and
+    ``method="auto"`` warns (:class:`~gradcode.errors.DecodeFallbackWarning`).
 
     ``J`` is centred on ``n / 2``, the zeros of ``g`` as far from ``x = 1`` as possible (in powers of ``beta``): if
     ``n - s`` is odd, ``J = {(n-s+1)/2, ..., (n+s-1)/2}`` is closed under ``j -> n - j`` and ``B`` is real (built
@@ -194,15 +200,6 @@ class CyclicMDS(CyclicSupportCode):
 
     name = "cyclic_mds"
     description = "cyclic MDS code from g(x); real if n - s is odd, else complex: 2x message size (exact)"
-
-    def __init__(self, n: int, s: int, *, node_order: str = "golden", **kwargs):
-        self.node_order = check_node_order(self.name, node_order)
-        super().__init__(n, s, **kwargs)
-
-    @property
-    def stride(self) -> int:
-        """``q``: the zeros of ``g`` are ``beta^j = omega^(q j)`` for ``j`` in :attr:`exponents`."""
-        return golden_stride(self.n) if self.node_order == "golden" else 1
 
     @property
     def exponents(self) -> tuple[int, ...]:

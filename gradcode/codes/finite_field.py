@@ -50,16 +50,9 @@ class ReedSolomonGF(ReedSolomonBase):
 
     The code of :class:`~gradcode.codes.reed_solomon.ReedSolomonBase` (Halbawi, Azizan, Salehi, Hassibi,
     ISIT 2018) over a finite field: worker ``i`` holds partitions ``i, ..., i+s (mod n)`` (``n_parts = n``) and has the
-    node ``alpha_i = i + 1`` (distinct and nonzero, needs ``p > n``). In ``GF(p)``,
-
-        p_j(x) = prod_{i : M[i, j] = 0} (x - alpha_i) / (-alpha_i),       B[i, j] = p_j(alpha_i),
-
-    and from the first ``n - s`` responders ``F'`` (in index order) the Lagrange weights at zero
-
-        a_i = prod_{l in F', l != i} alpha_l / (alpha_l - alpha_i)
-
-    give ``a @ B = 1`` **in GF(p)**. ``B`` and the weights are int64 arrays of field elements in ``[0, p)``;
-    the identity holds modulo ``p``, not over the reals.
+    node ``alpha_i = i + 1`` (distinct and nonzero, needs ``p > n``); ``B[i, j] = p_j(alpha_i)`` and the Lagrange
+    weights at zero of the first ``n - s`` responders give ``a @ B = 1`` **in GF(p)**. ``B`` and the weights are int64
+    arrays of field elements in ``[0, p)``; the identity holds modulo ``p``, not over the reals.
 
     Data path: a partial gradient entry ``x`` becomes ``round(x 2^f) mod p`` (``f = frac_bits``); messages are
     int64 in ``[0, p)``; :meth:`combine` lifts the field sum to the signed integer in ``(-p/2, p/2)`` and
@@ -203,12 +196,7 @@ class ReedSolomonGF(ReedSolomonBase):
         return self.lift(_mulsum(w, messages, self.p))
 
     def _check_messages(self, messages, responders) -> np.ndarray:
-        messages = np.asarray(messages)
-        if messages.ndim not in (1, 2) or messages.shape[0] != len(responders):
-            raise ConfigError(
-                f"messages must have one row per responder: expected shape ({len(responders)}, d), got "
-                f"{messages.shape}"
-            )
+        messages = self._one_row_each(np.asarray(messages), responders)
         if messages.dtype.kind not in "iuf":
             raise ConfigError(
                 f"reed_solomon_gf messages must be int64 field elements, got dtype {messages.dtype}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cyclic import CyclicSupportCode, check_node_order, golden_stride
+from .cyclic import CyclicSupportCode, OnTheCircle
 from .lagrange import vanishing_values, weights_at_zero
 
 
@@ -63,16 +63,14 @@ class ReedSolomonBase(CyclicSupportCode):
         return a
 
 
-class ReedSolomon(ReedSolomonBase):
+class ReedSolomon(OnTheCircle, ReedSolomonBase):
     r"""Reed-Solomon gradient code (Halbawi, Azizan, Salehi, Hassibi, ISIT 2018), nodes on the unit circle.
 
     The code of :class:`ReedSolomonBase` with ``alpha_i = omega^(q i mod n)``, ``omega = exp(2 pi sqrt(-1) / n)``,
-    and the stride ``q`` of :func:`golden_stride` (``node_order="golden"``, default) or ``q = 1``
-    (``node_order="natural"``). Real nodes are catastrophically ill-conditioned. With natural order a burst of
-    consecutive stragglers removes one arc of the circle and interpolation at 0 from the remaining arc amplifies
-    round-off; the golden stride spreads any burst of consecutive workers round the circle, which keeps the Lagrange
-    weights and the entries of ``B`` moderate (the worst case moves to stragglers spaced ``q^{-1} mod n`` apart,
-    which is unlikely in practice). ``B`` is ``complex128``: every message is two real vectors, twice the
+    and the stride ``q`` of :func:`~gradcode.codes.cyclic.golden_stride` (``node_order="golden"``, default) or
+    ``q = 1`` (``node_order="natural"``). Real nodes are catastrophically ill-conditioned; on the circle the golden
+    stride spreads a burst of consecutive stragglers, keeping the Lagrange weights moderate, as for cyclic MDS
+    (``docs/references.md#gradient-codes``). ``B`` is ``complex128``: every message is two real vectors, twice the
     communication; :meth:`combine` returns the real part.
 
     Examples
@@ -94,10 +92,5 @@ class ReedSolomon(ReedSolomonBase):
     name = "reed_solomon"
     description = "balanced mask, unit-circle nodes, O((n-s)^2) Lagrange decoding at zero (exact)"
 
-    def __init__(self, n: int, s: int, *, node_order: str = "golden", **kwargs):
-        self.node_order = check_node_order(self.name, node_order)
-        super().__init__(n, s, **kwargs)
-
     def _node_values(self) -> np.ndarray:
-        q = golden_stride(self.n) if self.node_order == "golden" else 1
-        return np.exp(2j * np.pi * ((q * np.arange(self.n)) % self.n) / self.n)
+        return np.exp(2j * np.pi * ((self.stride * np.arange(self.n)) % self.n) / self.n)

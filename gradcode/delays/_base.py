@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError, check_int
 from . import order_stats
-from ._comm import Term, expect_over, expect_shifted, make_comm
+from ._comm import Term, expect_over, make_comm
 from ._crn import (
     STREAM_COMM,
     STREAM_COMPUTE,
@@ -108,10 +108,7 @@ class DelayModel:
         """Unit times where the CDF jumps or has a kink (help for the quadrature)."""
         return [self._lower()]
 
-    @property
-    def _discrete(self) -> bool:
-        """True if ``_atoms`` is the exact (finite) distribution."""
-        return False
+    _discrete: bool = False   # True if ``_atoms`` is the exact (finite) distribution (a property in wrappers)
 
     def _atoms(self) -> tuple[np.ndarray, np.ndarray]:
         """``(values, weights)`` of the unit time: exact for discrete models, else the midpoint quantiles
@@ -194,58 +191,42 @@ class DelayModel:
     def _comm_constant(self) -> bool:
         return self._cd.constant
 
-    def _convolve_comm(self, x: np.ndarray, load: float, kernel) -> np.ndarray:
-        """``E_U[kernel(x - load * U)]`` over the unit time's atoms: the CDF (or survival function) of
-        ``load * U + C`` for random ``C`` (independent of ``U``), whose own CDF (survival function) is ``kernel``.
-
-        Over the 2048 midpoint quantiles of a continuous ``U`` the error is at most ``1/2048`` in the CDF, in
-        practice far less; over the atoms of a discrete ``U`` it is exact (:func:`._comm.expect_shifted` over the
-        shifts ``load * v``).
-        """
-        v, w = self._unit_atoms()
-        return expect_shifted(kernel, x, load * v, w)
-
     def _few_comm_atoms(self) -> bool:
         """A discrete communication term with few values (a constant that a straggler's constant ``extra`` is added
-        to with probability ``p``): the CDF is then an exact, short sum over its atoms (see below)."""
+        to with probability ``p``): the CDF is then an exact, short sum over its atoms (:meth:`_total`)."""
         return self._cd.discrete and len(self._cd.atoms()[0]) <= _FEW_ATOMS
 
-    def _over_comm_atoms(self, x: np.ndarray, load: float, unit) -> np.ndarray:
-        """``sum_j w_j unit((x - c_j) / load)`` over the communication's atoms ``(c_j, w_j)``: the CDF (``unit`` =
-        :meth:`_unit_cdf`) or survival function (:meth:`_unit_sf`) of ``load * U + C``, exact and in closed form,
-        where :meth:`_convolve_comm` would sum 2048 quantiles of ``U`` (an order statistic with a continuous ``U``
-        and a straggler's added time took seconds that way; adaptive_k_load plans with dozens of them)."""
-        return expect_over(lambda y, c: unit((y - c) / load), x, *self._cd.atoms())
+    def _total(self, x, load: float, unit, term, step) -> np.ndarray:
+        """The CDF of ``load * U + C`` (``load`` a checked scalar) from ``unit``, ``term`` and ``step``, the CDFs of
+        ``U``, ``C`` and of 0; or its survival function, given theirs.
+
+        A constant ``C = c`` shifts: ``unit((x - c) / load)``. A ``C`` of few atoms ``(c_j, w_j)`` is summed over
+        exactly, ``sum_j w_j unit((x - c_j) / load)`` (closed form: an order statistic with a continuous ``U`` and a
+        straggler's added time took seconds over ``U``'s quantiles, and adaptive_k_load plans with dozens). Any other
+        ``C`` (independent of ``U``) is convolved over the atoms of ``U``, ``E_U[term(x - load U)]``: exact for a
+        discrete ``U``, within ``1/2048`` in the CDF over the 2048 midpoint quantiles of a continuous one (in practice
+        far less).
+        """
+        x = np.asarray(x, dtype=float)
+        if self._comm_constant():
+            y = x - self._cd.value
+            if load == 0:
+                return step(y).astype(float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.clip(unit(y / load), 0.0, 1.0)
+        if load == 0:
+            return term(x)
+        if self._few_comm_atoms():
+            return expect_over(lambda y, c: unit((y - c) / load), x, *self._cd.atoms())
+        v, w = self._unit_atoms()
+        return expect_over(lambda y, u: term(y - u), x, load * v, w)
 
     def _total_cdf(self, x: np.ndarray, load: float) -> np.ndarray:
-        """CDF of ``load * U + C`` (``load`` a checked scalar)."""
-        x = np.asarray(x, dtype=float)
-        if not self._comm_constant():
-            if load == 0:
-                return self._cd.cdf(x)
-            if self._few_comm_atoms():
-                return self._over_comm_atoms(x, load, self._unit_cdf)
-            return self._convolve_comm(x, load, self._cd.cdf)
-        y = x - self._cd.value
-        if load == 0:
-            return (y >= 0).astype(float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.clip(self._unit_cdf(y / load), 0.0, 1.0)
+        return self._total(x, load, self._unit_cdf, self._cd.cdf, lambda y: y >= 0)
 
     def _total_sf(self, x: np.ndarray, load: float) -> np.ndarray:
         """``P(load * U + C > x)``, computed directly (no ``1 - cdf`` cancellation in the right tail)."""
-        x = np.asarray(x, dtype=float)
-        if not self._comm_constant():
-            if load == 0:
-                return self._cd.sf(x)
-            if self._few_comm_atoms():
-                return self._over_comm_atoms(x, load, self._unit_sf)
-            return self._convolve_comm(x, load, self._cd.sf)
-        y = x - self._cd.value
-        if load == 0:
-            return (y < 0).astype(float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.clip(self._unit_sf(y / load), 0.0, 1.0)
+        return self._total(x, load, self._unit_sf, self._cd.sf, lambda y: y < 0)
 
     def cdf(self, x, load=1.0) -> np.ndarray:
         """CDF of one worker's total response time ``load * U + C`` at ``x`` (i.i.d. view)."""
@@ -372,10 +353,6 @@ class DelayModel:
         """Workers ``0..n-1`` as groups ``(count, model)`` of i.i.d. workers, each with this model's comm."""
         return [(n, self)]
 
-    def _with_comm(self, comm: float, comm_dist: str) -> DelayModel:
-        """A shallow copy of this model with another communication."""
-        return self._with_cd(make_comm(comm, comm_dist), comm, comm_dist)
-
     def _with_cd(self, cd: Term, comm: float | None = None, comm_dist=None) -> DelayModel:
         """A shallow copy of this model whose load-independent term is ``cd`` (in the i.i.d. view)."""
         out = copy.copy(self)
@@ -387,8 +364,6 @@ class DelayModel:
 
     def _comm_key(self):
         """What identifies this model's load-independent term (wrappers compare their inner models' keys)."""
-        import json
-
         return (self.comm, json.dumps(self.comm_dist, sort_keys=True))
 
     # --- misc -----------------------------------------------------------------------------------------------

@@ -34,26 +34,10 @@ _MAX_ATOMS = 1 << 16   # a sum of two terms keeps at most this many atoms (else 
 _CHUNK = 4_000_000      # elements per block of an expectation over atoms (bounds its memory)
 
 
-def expect_shifted(kernel, x, shifts: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``E_V[kernel(x - V)] = sum_j w_j kernel(x - v_j)`` for a discrete ``V`` (values ``shifts``, weights
-    ``weights``), elementwise in ``x``, clipped to ``[0, 1]``.
-
-    With ``kernel`` the CDF (survival function) of an independent ``A``, this is the CDF (survival function) of
-    ``A + V`` at ``x``. ``x`` is evaluated in blocks of at most about ``_CHUNK`` pairs ``(x, v_j)``, so memory stays
-    bounded for any size of ``x``.
-
-    >>> import numpy as np
-    >>> step = lambda y: (y >= 0).astype(float)      # the CDF of A = 0
-    >>> expect_shifted(step, np.array([0.5, 1.5, 3.0]), np.array([1.0, 2.0]), np.array([0.25, 0.75])).tolist()
-    [0.0, 0.25, 1.0]
-    """
-    return expect_over(lambda y, v: kernel(y - v), x, shifts, weights)
-
-
 def expect_over(pair, x, values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """``sum_j w_j pair(x, v_j)`` elementwise in ``x``, clipped to ``[0, 1]``: a probability averaged over the atoms
     ``(values, weights)`` of an independent discrete variable. The one form of every such mixture in the delay
-    models: a shift (:func:`expect_shifted`: the CDF of a sum), a shift of a scaled variable (the CDF of
+    models: a shift (``pair(y, v) = F_A(y - v)``: the CDF of ``A + V``), a shift of a scaled variable (the CDF of
     ``load * U + C`` over the atoms of ``C``), a scale (a persistent slowdown's ``s * V``). ``pair(column, row)``
     gets ``x`` as a column and the values as a row; ``x`` is taken in blocks of about ``_CHUNK`` pairs, so memory
     stays bounded for any size of ``x``.
@@ -240,10 +224,10 @@ class Sum(Term):
         self.discrete = a.discrete and b.discrete
 
     def cdf(self, y):
-        return expect_shifted(self.a.cdf, y, *self.b.atoms())
+        return expect_over(lambda x, v: self.a.cdf(x - v), y, *self.b.atoms())
 
     def sf(self, y):
-        return expect_shifted(self.a.sf, y, *self.b.atoms())
+        return expect_over(lambda x, v: self.a.sf(x - v), y, *self.b.atoms())
 
     def lower(self):
         return self.a.lower() + self.b.lower()
@@ -331,8 +315,3 @@ def make_extra(extra) -> Term:
     if isinstance(extra, (dict, str)):
         return Scaled(_parametric("extra", extra), 1.0)
     return Const(check_float("extra", extra, low=0.0))
-
-
-def comm_spec(comm_dist):
-    """``comm_dist`` as written in a spec (a name, or the model's own spec without communication)."""
-    return comm_dist if isinstance(comm_dist, str) else dict(comm_dist)

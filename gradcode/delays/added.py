@@ -82,10 +82,13 @@ class StraggleDelay(Wrapper):
     def check_workers(self, n):
         if self.workers is not None:
             _check_listed(self.name, self.workers, n)
+        self._check_count(n)
+        super().check_workers(n)
+
+    def _check_count(self, n: int) -> None:
         if self.count is not None and self.count > n:
             raise ConfigError(f"straggle: count = {self.count} delayed workers, but the cluster has n = {n}; "
                               f"give count <= {n}")
-        super().check_workers(n)
 
     def delayed(self, seed: int, t_arr: np.ndarray, n: int, path: tuple = ()) -> np.ndarray:
         """Who straggles: a boolean ``(T, n)`` array."""
@@ -96,8 +99,7 @@ class StraggleDelay(Wrapper):
         u = uniforms(seed, t_arr, STREAM_STRAGGLE, path, (n,))
         if self.p is not None:
             return u < self.p
-        if self.count > n:
-            raise ConfigError(f"straggle: count = {self.count} delayed workers, but n = {n}")
+        self._check_count(n)
         rank = np.argsort(np.argsort(u, axis=1, kind="stable"), axis=1)
         return rank < self.count
 
@@ -119,9 +121,8 @@ class StraggleDelay(Wrapper):
     def _groups(self, n):
         if self.p is not None:
             return [(n, self)]
-        d = min(self.count, n) if self.count is not None else sum(1 for w in self.workers if w < n)
-        if self.count is not None and self.count > n:
-            raise ConfigError(f"straggle: count = {self.count} delayed workers, but n = {n}")
+        self._check_count(n)
+        d = self.count if self.count is not None else sum(1 for w in self.workers if w < n)
         plain = self.base._with_cd(self._plain_cd, self.comm, self.comm_dist)
         return [(n - d, plain), (d, self.base._with_cd(plus(self._plain_cd, self._extra)))]
 
@@ -200,9 +201,6 @@ class HeterogeneousDelay(Wrapper):
         if self._own_comm:
             return DelayModel._comm(self, seed, t_arr, n, path)
         return self.base._comm(seed, t_arr, n, path)
-
-    def _comm_key(self):
-        return super()._comm_key() if self._own_comm else self.base._comm_key()
 
     def _groups(self, n):
         if self.speeds is None or len(self.speeds) != n:

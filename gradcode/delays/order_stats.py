@@ -144,7 +144,6 @@ def integrate(k: int, n: int, groups: list, load: float) -> tuple[float, float]:
     return float(total + val), err + e
 
 
-
 _GL_LOOSE = 1e-6     # relative agreement of the two finest Gauss-Legendre rules accepted without quad (see below)
 _TAIL_PANELS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0)
 

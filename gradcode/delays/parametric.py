@@ -55,9 +55,7 @@ class ConstantDelay(DelayModel):
     def _lower(self):
         return self.value
 
-    @property
-    def _discrete(self):
-        return True
+    _discrete = True
 
     def _atoms(self):
         return np.array([self.value]), np.array([1.0])
@@ -320,9 +318,7 @@ class BimodalDelay(DelayModel):
     def _breakpoints(self):
         return [self.base, self.kappa * self.base]
 
-    @property
-    def _discrete(self):
-        return True
+    _discrete = True
 
     def _atoms(self):
         return np.array([self.base, self.kappa * self.base]), np.array([1 - self.p, self.p])

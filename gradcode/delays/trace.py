@@ -216,9 +216,7 @@ class TraceDelay(DelayModel):
         key = super()._comm_key()
         return key if self.trace_comm is None else (*key, "trace comm", self.trace, self.scale)
 
-    @property
-    def _discrete(self):
-        return True
+    _discrete = True
 
     def _atoms(self):
         v = self.step_means.ravel()

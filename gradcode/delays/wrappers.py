@@ -37,13 +37,13 @@ class Wrapper(DelayModel):
         inner = [m for _, m in components]
         self._own_comm = comm is not None or comm_dist is not None
         self._mixed_comm = not self._own_comm and len({m._comm_key() for m in inner}) > 1
-        if self._mixed_comm and self._per_component_comm and comm is None and comm_dist is None:
+        if self._mixed_comm and self._per_component_comm:
             super().__init__()   # each component keeps its own; the i.i.d. view mixes the total times
         else:
             c, d = _inherit_comm(inner, comm, comm_dist, self.name)
             super().__init__(comm=c, comm_dist=d)
             self._mixed_comm = False
-            if comm is None and comm_dist is None:
+            if not self._own_comm:
                 self._cd = inner[0]._cd   # the wrapped model's term (a straggler's added time included)
         self.components = components
 
@@ -233,6 +233,18 @@ class _Slowed(DelayModel):
         return np.outer(s, v).ravel(), np.tile(w / self._NODES, self._NODES)
 
 
+def _mixed(name: str, combine):
+    """A hook of :class:`MixtureDelay` that, when its components keep their own communication, is ``combine`` of the
+    components' own ``(weight, hook(*args))`` pairs, and otherwise the wrapper's."""
+    def hook(self, *args, **kwargs):
+        if not self._mixed_comm:
+            return getattr(super(MixtureDelay, self), name)(*args, **kwargs)
+        return combine([(w, getattr(m, name)(*args, **kwargs)) for w, m in self.components])
+
+    hook.__name__, hook.__qualname__, hook.__doc__ = name, f"MixtureDelay.{name}", getattr(DelayModel, name).__doc__
+    return hook
+
+
 class MixtureDelay(Wrapper):
     """Per iteration and worker, a component chosen at random: ``P(component j) = weight_j / sum(weights)``.
 
@@ -295,45 +307,17 @@ class MixtureDelay(Wrapper):
             del out["comm"], out["comm_dist"]
         return out
 
-    def _mix(self, what: str, *args):
-        return sum(w * getattr(m, what)(*args) for w, m in self.components)
-
-    def _total_cdf(self, x, load):
-        return self._mix("_total_cdf", x, load) if self._mixed_comm else super()._total_cdf(x, load)
-
-    def _total_sf(self, x, load):
-        return self._mix("_total_sf", x, load) if self._mixed_comm else super()._total_sf(x, load)
-
-    def mean(self, load=1.0):
-        if not self._mixed_comm:
-            return super().mean(load)
-        return float(sum(w * m.mean(load) for w, m in self.components if w > 0))
-
-    def _total_lower(self, load):
-        if not self._mixed_comm:
-            return super()._total_lower(load)
-        return min(m._total_lower(load) for _, m in self.components)
-
-    def _total_breakpoints(self, load):
-        if not self._mixed_comm:
-            return super()._total_breakpoints(load)
-        return sorted({b for _, m in self.components for b in m._total_breakpoints(load)})
-
-    def _total_tail(self, load):
-        if not self._mixed_comm:
-            return super()._total_tail(load)
-        return min(m._total_tail(load) for w, m in self.components if w > 0)
-
-    def _total_discrete(self, load):
-        if not self._mixed_comm:
-            return super()._total_discrete(load)
-        return all(m._total_discrete(load) for w, m in self.components if w > 0)
-
-    def _total_atoms(self, load):
-        if not self._mixed_comm:
-            return super()._total_atoms(load)
-        parts = [(w, m._total_atoms(load)) for w, m in self.components]
-        return np.concatenate([v for _, (v, _) in parts]), np.concatenate([w * pw for w, (_, pw) in parts])
+    # with components of their own communication, the total time is the components' mixture: each hook below
+    # combines the components' own (weights > 0: checked)
+    _total_cdf = _mixed("_total_cdf", lambda parts: sum(w * v for w, v in parts))
+    _total_sf = _mixed("_total_sf", lambda parts: sum(w * v for w, v in parts))
+    mean = _mixed("mean", lambda parts: float(sum(w * v for w, v in parts)))
+    _total_lower = _mixed("_total_lower", lambda parts: min(v for _, v in parts))
+    _total_breakpoints = _mixed("_total_breakpoints", lambda parts: sorted({b for _, v in parts for b in v}))
+    _total_tail = _mixed("_total_tail", lambda parts: min(v for _, v in parts))
+    _total_discrete = _mixed("_total_discrete", lambda parts: all(v for _, v in parts))
+    _total_atoms = _mixed("_total_atoms", lambda parts: (np.concatenate([v for _, (v, _) in parts]),
+                                                         np.concatenate([w * pw for w, (_, pw) in parts])))
 
 
 class UnresponsiveDelay(Wrapper):

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..clusters.records import summarize
 from ..errors import ConfigError
+from ..network import describe_network
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
@@ -496,7 +497,8 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
         out += [desc, ""]
     out += [f"Clusters: {', '.join(info.get('clusters', sorted({r['cluster'] for r in rows})))}; "
             f"{len(rows)} runs" + (" (--quick)" if info.get("quick") else "") + ". Times are in units of the delay"
-            " model on both clusters (MPI: wall-clock seconds / time_scale).", ""]
+            " model on both clusters (MPI: wall-clock seconds / time_scale).", "",
+            describe_network(info.get("spec", {}).get("network")), ""]
     notes = list(info.get("notes", []))
     partial = [f"{r.meta['run_id']} ({r.problem})" for r in runs if not r.complete]
     if partial:

@@ -11,6 +11,7 @@ that started it and no orphan keeps writing into a run folder that a resume is r
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import subprocess
@@ -67,27 +68,32 @@ class NotStarted(RuntimeError):
     """The child did not say it had started (``run_child(started=...)``) in time; it was stopped."""
 
 
+class NotEnded(RuntimeError):
+    """The child said it had finished (``run_child(finished=...)``) but did not end in time; it was stopped."""
+
+
 def run_child(cmd: list[str], *, timeout: float | None = None, started: tuple[str, float] | None = None,
-              **kwargs) -> int:
+              finished: tuple[str, float] | None = None, **kwargs) -> int:
     """Run ``cmd`` with :func:`start_child` and wait for it; its exit code.
 
     Whatever ends the wait (``timeout``: :class:`subprocess.TimeoutExpired`; Ctrl-C: ``KeyboardInterrupt``; a
     ``SIGTERM`` to this process, re-raised as ``SystemExit(143)``) stops the child's whole process group first.
     ``started = (marker, seconds)``: the child's standard output is relayed to ours line by line, and if no line
     holds ``marker`` within ``seconds`` (the child hangs while starting up) it is stopped and :class:`NotStarted`
-    raised.
+    raised. ``finished = (marker, seconds)`` (with ``started``): once a line holds ``marker`` the child has
+    ``seconds`` to end, else it is stopped and :class:`NotEnded` raised.
     """
     if started is not None:
         kwargs["stdout"] = subprocess.PIPE
     end = None if timeout is None else time.monotonic() + timeout
     proc = start_child(cmd, **kwargs)
-    relay = None if started is None else _Relay(proc.stdout, started[0])
+    relay = None if started is None else _Relay(proc.stdout, started[0], finished and finished[0])
     previous = _on_sigterm()
     try:
         if relay is not None and not relay.wait_marker(proc, started[1]):
             stop_child(proc)
             raise NotStarted(f"no sign of start-up within {started[1]:g} s")
-        code = proc.wait(None if end is None else max(0.0, end - time.monotonic()))
+        code = _wait(proc, end, relay, None if finished is None else finished[1])
         if relay is not None:
             relay.join()
         return code
@@ -104,11 +110,30 @@ def run_child(cmd: list[str], *, timeout: float | None = None, started: tuple[st
             signal.signal(signal.SIGTERM, previous)
 
 
-class _Relay:
-    """Copies a child's output to ours as it comes (a thread) and notes when a line holds ``marker``."""
+def _wait(proc: subprocess.Popen, end: float | None, relay, linger: float | None) -> int:
+    """The child's exit code, waited for until ``end`` (``subprocess.TimeoutExpired`` then), and at most ``linger``
+    seconds after the relay saw its ``finished`` marker (:class:`NotEnded` then)."""
+    while True:
+        step = 0.2 if linger is not None else None
+        if end is not None:
+            step = max(0.0, min(step if step is not None else math.inf, end - time.monotonic()))
+        try:
+            return proc.wait(step)
+        except subprocess.TimeoutExpired:
+            if end is not None and time.monotonic() >= end:
+                raise
+        if relay.ended_at is not None and time.monotonic() - relay.ended_at > linger:
+            raise NotEnded(f"still running {linger:g} s after it said it had finished")
 
-    def __init__(self, pipe, marker: str):
+
+class _Relay:
+    """Copies a child's output to ours as it comes (a thread) and notes when a line holds ``marker`` (and when one
+    holds ``finished``, if given: ``ended_at``, a ``time.monotonic`` reading)."""
+
+    def __init__(self, pipe, marker: str, finished: str | None = None):
         self.marker = marker.encode()
+        self.finished = finished.encode() if finished else None
+        self.ended_at: float | None = None
         self.seen = threading.Event()
         self.thread = threading.Thread(target=self._copy, args=(pipe,), name="relay", daemon=True)
         self.thread.start()
@@ -123,6 +148,8 @@ class _Relay:
             sys.stdout.flush()
             if self.marker in line:
                 self.seen.set()
+            if self.finished is not None and self.finished in line and self.ended_at is None:
+                self.ended_at = time.monotonic()
 
     def wait_marker(self, proc: subprocess.Popen, seconds: float) -> bool:
         """True once the marker was seen or the child ended (its exit code tells the rest); False at the limit."""

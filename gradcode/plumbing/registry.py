@@ -290,6 +290,7 @@ SCHEMES = Registry("scheme", "gradcode.schemes._base:Scheme", {
     "dropcompute": "gradcode.schemes.dropcompute:DropCompute",
     "partial_coded": "gradcode.schemes.partial_coded:PartialCoded",
     "anytime": "gradcode.schemes.anytime:Anytime",
+    "comm_efficient": "gradcode.schemes.comm_efficient:CommEfficient",
 }, group="gradcode.schemes", positional=("n",))
 
 DELAYS = Registry("delay model", "gradcode.delays:DelayModel", {

@@ -308,6 +308,12 @@ class Scheme:
         """Real numbers per message for a model of ``d`` parameters."""
         return d
 
+    def message_bytes(self, d: int) -> int:
+        """Bytes of one message on the wire for a model of ``d`` parameters: ``8 message_size(d)`` (float64; a
+        complex code's two reals an entry, a chunk's share, are in :meth:`message_size`). A network
+        (``gradcode.network``) moves this many bytes a message."""
+        return 8 * self.message_size(d)
+
     def effective_batch(self) -> int | None:
         """Samples behind this iteration's gradient, if the default step must follow them (the cluster then steps
         by ``workload.batch_lr(effective_batch)`` unless ``[run] lr`` is given); None: the workload's ``lr``. A
@@ -407,6 +413,7 @@ class Schedule:
     kept: np.ndarray
     stop: np.ndarray
     comm_time: np.ndarray
+    exchange: float = 0.0     # the All-Reduce's own time on a network (gradcode.network), after the last
 
     @property
     def ready(self) -> np.ndarray:
@@ -415,8 +422,10 @@ class Schedule:
 
     @property
     def duration(self) -> float:
-        """The step's length with zero overhead, ``max_i(stop_i + comm_time_i)`` (the All-Reduce waits for all)."""
-        return float(np.max(self.ready))
+        """The step's length with zero overhead, ``max_i(stop_i + comm_time_i) + exchange`` (the All-Reduce waits
+        for all, then moves its bytes)."""
+        last = float(np.max(self.ready))
+        return last + self.exchange if self.exchange else last
 
     @property
     def drop_rate(self) -> float:
@@ -426,6 +435,20 @@ class Schedule:
     def units(self, load: np.ndarray) -> np.ndarray:
         """Load units each worker kept, from the plan's ``load`` of all ``M`` chunks."""
         return self.kept * (load / self.chunk_end.shape[1])
+
+    @classmethod
+    def of_stops(cls, micro: np.ndarray, kept: np.ndarray, stop: np.ndarray, comm_time: np.ndarray,
+                 limit: int) -> Schedule:
+        """The schedule of workers that computed the chunk times ``micro`` (``(..., n, M)``) in order, kept the first
+        ``kept`` and stopped at ``stop``, ``limit`` chunks being the most they would start: a chunk in progress at the
+        stop was started (its work dropped) and ends there."""
+        end = np.cumsum(micro, axis=-1)
+        with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
+            begin = end - micro
+        at = np.take_along_axis(begin, np.minimum(kept, limit - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
+        started = kept + ((kept < limit) & (stop > at))
+        return cls(chunk_end=np.minimum(end, stop[..., None]), started=started, kept=kept, stop=stop,
+                   comm_time=comm_time)
 
     def kept_parts(self, plan: Plan) -> np.ndarray:
         """The partitions whose gradients are kept, worker by worker, in chunk order."""
@@ -457,6 +480,10 @@ class DecentralizedScheme(Scheme):
 
     def stop_count(self) -> int:
         return self.n   # All-Reduce: every worker takes part
+
+    def message_bytes(self, d: int) -> int:
+        """Bytes each rank's All-Reduce vector carries: the kept gradients' sum and their count, ``d + 1`` floats."""
+        return 8 * (d + 1)
 
 
 CHUNK_BYTES = 64   # per worker and chunk of an iteration: its time, end, kept flag and the like (a few arrays)

@@ -23,13 +23,10 @@ rank 0 takes part with nothing of its own: the master), so this scheme uses the
 chunks are sync's work and ``T = "auto"`` is chosen so that a worker computes ``M`` chunks on average.
 
 **T = "auto"**, like DropCompute's ``tau``: after ``warmup`` steps, record the chunk times of ``record_steps`` steps
-(every rank sees the same, so every rank chooses the same), then fix ``T`` for the rest of the run. Until then there
-is no time limit and every worker computes the nominal ``M`` chunks (a fixed mini-batch). DropCompute's criterion,
-throughput ``(fraction computed) x (old step time / new step time)``, does not transfer: here a longer ``T`` buys
-proportionally more samples, so throughput grows with ``T`` until ``max_samples`` binds. Instead ``T`` is the mean,
-over the recorded steps and workers, of the time to compute the nominal ``M`` chunks, so that the expected
-mini-batch is ``n M``, sync's (the paper compares anytime and fixed mini-batches at equal expected size); only times
-the workers really measured (their first ``M`` chunks) enter it.
+(every rank sees the same, so every rank chooses the same), then fix ``T`` for the rest of the run; until then every
+worker computes the nominal ``M`` chunks (no time limit). ``T`` is the mean, over the recorded steps and workers, of
+the time to compute those ``M`` chunks, so that the expected mini-batch is sync's ``n M`` (why not DropCompute's
+throughput criterion: ``docs/references.md#uncoded-schemes``).
 
 **Records.** ``counts`` (every worker's samples kept, in worker order), ``T`` (also as ``tau``, the plan's name for
 a local limit), ``load`` (the units kept: ``counts x sample_load``). The clusters' ``drop_rate`` is here the share
@@ -142,16 +139,11 @@ class Anytime(DecentralizedScheme):
         return AnytimeState(T=self.T if isinstance(self.T, float) else float("inf"))
 
     # --- plan -----------------------------------------------------------------------------------------------
-    def current_T(self, t: int) -> float:
-        """The time limit of step ``t``: ``T`` fixed from the start; ``inf`` (the nominal ``M`` chunks) until
-        ``T = "auto"`` is chosen (in :meth:`observe`, so ``t`` itself is not needed)."""
-        return self.state.T
-
     def plan(self, t: int) -> Plan:
         offset = (t * self.M) % self.max_samples
         return Plan(t=t, parts=RotatedParts(self.n, self.max_samples, offset), n_parts=self.n * self.max_samples,
                     load=np.full(self.n, self.max_samples * self.sample_load), batch=self.batch,
-                    micro_batches=self.max_samples, tau=self.current_T(t))
+                    micro_batches=self.max_samples, tau=self.state.T)   # inf until T = 'auto' is chosen
 
     @property
     def samples_per_unit(self) -> float | None:
@@ -173,14 +165,7 @@ class Anytime(DecentralizedScheme):
     def schedule(self, micro: np.ndarray, comm_time: np.ndarray, tau: float) -> Schedule:
         """:func:`fixed_time` as a schedule: the chunk in progress at ``T`` was started, its work is dropped."""
         kept, stop = fixed_time(micro, tau, self.M)
-        end = np.cumsum(micro, axis=-1)
-        limit = self.max_samples if math.isfinite(tau) else self.M
-        with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
-            begin = end - micro
-        at = np.take_along_axis(begin, np.minimum(kept, limit - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
-        started = kept + ((kept < limit) & (stop > at))
-        return Schedule(chunk_end=np.minimum(end, stop[..., None]), started=started, kept=kept, stop=stop,
-                        comm_time=comm_time)
+        return Schedule.of_stops(micro, kept, stop, comm_time, self.max_samples if math.isfinite(tau) else self.M)
 
     # --- combine and adapt ------------------------------------------------------------------------------------
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
@@ -194,7 +179,7 @@ class Anytime(DecentralizedScheme):
     def observe(self, t: int, micro: np.ndarray, comm_time: np.ndarray) -> None:
         """Remember each worker's count of step ``t``; with ``T = "auto"``, record the nominal compute times (the
         first ``M`` chunks, which every worker computed: no limit yet) and fix ``T`` after ``record_steps``."""
-        self.state.used = self.current_T(t)
+        self.state.used = self.state.T
         kept, _ = fixed_time(micro, self.state.used, self.M)
         self.state.counts = [int(k) for k in kept]
         if self.T != "auto" or math.isfinite(self.state.T) or t < self.warmup:

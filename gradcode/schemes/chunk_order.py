@@ -23,17 +23,10 @@ time becomes ``max_c`` of the ``l``-th smallest ``tau_w (pos_w(c) + 1)`` over th
 feasibility test a maximum flow (each chunk ``l`` distinct holders, worker ``w`` at most ``k_w(T)`` chunks,
 ``scipy.sparse.csgraph.maximum_flow``); the rest is unchanged. Checked against brute force for ``n <= 6``.
 
-**The paper's criterion** (as a second-hand summary of Ramamoorthy, Meng and Girimaji describes it:
-``docs/references.md#partial-stragglers``) is speed-free: ``Q_max``, the least number of chunks the whole
-cluster must have processed so that, however that work is spread over the workers, every chunk has been processed
-(``l`` times: :func:`worst_case_chunks`). A state that misses chunk ``c`` has at most ``l - 1`` holders past it,
-the other holders ``w`` at most ``pos_w(c)`` chunks in, the non-holders anything, whence the closed form in
-:func:`worst_case_chunks` [derived; equal to the definition by enumeration in the tests]. For ``l = 1`` every chunk
-has ``s + 1`` holders and the positions sum to ``n s (s+1) / 2`` over all chunks, so an order that puts each chunk
-once in every position, the natural order, attains the least possible ``Q_max`` [derived]; by brute force over every
-combination of orders (``n <= 6``, ``s <= 2``) the natural order is ``Q_max``-optimal for every ``l <= s + 1`` as
-well, and so is :func:`optimal_order` with equal speeds. Our speed-aware order is an addition for workers whose
-speeds differ persistently.
+**The paper's criterion** ``Q_max`` (:func:`worst_case_chunks`, ``docs/references.md#partial-stragglers``) is
+speed-free; under the cyclic assignment the natural order attains its least value (for ``l = 1`` each chunk is once
+in every position [derived]; for every ``l <= s + 1`` by brute force, ``n <= 6``, ``s <= 2``), and so does
+:func:`optimal_order` with equal speeds. The speed-aware order is ours, for workers whose speeds differ persistently.
 
 >>> optimal_order([1.0, 1.0, 1.0, 1.0], s=1)
 ((0, 1), (1, 2), (2, 3), (3, 0))

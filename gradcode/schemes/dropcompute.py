@@ -7,22 +7,14 @@ partition ``i*M + m`` of ``n*M``. *When* the worker looks at its timer matters (
 - ``official`` (the official code): before each micro-batch and again between its forward and backward pass
   (forward = ``forward_share`` of the micro-batch); a micro-batch interrupted after its forward is wasted;
 - ``before_microbatch``: only before each micro-batch;
-- ``idealized``: stops exactly at ``tau``, mid micro-batch (the reference table's upper bound; not every rule's:
-  it spends the time up to ``tau`` on a micro-batch it then drops, which ``predictive`` may avoid);
+- ``idealized``: stops exactly at ``tau``, mid micro-batch (the reference table's upper bound);
 - ``predictive`` (ours, not in the paper): at the official code's two checks the worker compares the *predicted end*
-  of the micro-batch with ``tau`` instead of the present time. Before a micro-batch it predicts
-  ``now + mu_hat``, ``mu_hat`` the running mean of the micro-batch times it has measured so far this run (this step
-  and earlier ones; no history yet: it starts, as ``before_microbatch``); after the forward pass, which took ``f``, it
-  predicts ``begin + f / forward_share`` (the backward is ``(1 - forward_share) / forward_share`` times the forward,
-  the split every past micro-batch showed; exact in the delay model, where a micro-batch splits by that constant
-  share). It starts, or finishes, a micro-batch only if the prediction is ``<= tau``. A micro-batch it abandons
-  after the forward counts in the mean with that predicted time, ``f / forward_share``: leaving the long ones out
-  would bias the mean low (survivors only). Why the running mean: the
-  model's micro-batch noise is stationary and i.i.d., so the mean is the unbiased, least-squares prediction and its
-  error shrinks as ``1/sqrt(count)``; an exponentially weighted mean would track drifting speeds at the price of
-  more noise. Where it lands: between ``official`` and ``idealized`` (``examples/dropcompute_scaling.py``); the
-  start check alone is ``before_microbatch`` with a shifted ``tau`` (every worker has the same mean), the gain
-  comes from abandoning, after a third of it, a micro-batch that will straggle past ``tau``.
+  of the micro-batch with ``tau`` instead of the present time: before it, ``now + mu_hat`` (``mu_hat`` the running
+  mean of the micro-batch times it has measured this run; none yet: it starts); after its forward pass, which took
+  ``f``, ``begin + f / forward_share`` (exact in the delay model, where a micro-batch splits by that constant share).
+  It starts, or finishes, a micro-batch only if the prediction is ``<= tau``. A micro-batch it abandons after the
+  forward counts in the mean with that predicted time: leaving the long ones out would bias the mean low (survivors
+  only). Why the mean, and how this rule compares: ``docs/references.md#dropcompute``.
 
 The summed gradient is divided by ``n*M`` (dropped micro-batches act as zeros) or, with ``normalize='computed'``,
 by the number computed. No dropping in the first ``warmup`` steps. Each micro-batch is ``micro_load`` units of work
@@ -231,13 +223,7 @@ class DropCompute(DecentralizedScheme):
         its forward pass, or at ``tau`` when idealized) was started, but its work is dropped. Leading axes of
         ``micro`` (..., n, M) and ``comm_time`` (..., n) are kept, so many steps can be scheduled at once."""
         kept, stop = local_stop(micro, tau, self.check, self.forward_share, self.state.history)
-        end = np.cumsum(micro, axis=-1)
-        with np.errstate(invalid="ignore"):   # inf - inf of a worker that never answers: the step fails anyway
-            begin = end - micro
-        at = np.take_along_axis(begin, np.minimum(kept, self.M - 1)[..., None], axis=-1)[..., 0]   # the next chunk's
-        interrupted = (kept < self.M) & (stop > at)
-        return Schedule(chunk_end=np.minimum(end, stop[..., None]), started=kept + interrupted, kept=kept, stop=stop,
-                        comm_time=comm_time)
+        return Schedule.of_stops(micro, kept, stop, comm_time, self.M)
 
     def combine_sum(self, total: np.ndarray, parts: int, plan: Plan) -> Combined:
         """The update direction from the All-Reduced gradient sum of ``parts`` micro-batches: ``'total'``, the sum as

@@ -30,24 +30,21 @@ the chunks that came in, residual ``sqrt(missing / n)``). In ``exact`` mode a se
 order minimising the time to an exact gradient, ``max_c min_{w holds c} tau_w (pos_w(c) + 1)``, for the per-chunk
 times ``tau_w`` the scheme has seen (an exponentially weighted mean with weight ``memory`` on the past, learnt
 from every iteration: :meth:`observe_chunks`); exact and polynomial (:func:`~gradcode.schemes.chunk_order.
-optimal_order`), checked against brute force for ``n <= 6``. With equal estimates it is the natural order
-(``l = 1``).
+optimal_order`). With equal estimates it is the natural order, which also minimises the paper's ``Q_max`` here.
 
 **Splitting the gradient in ``l`` parts (``l``, default 1; the paper's communication parameter).** With ``l > 1``
 each chunk's gradient ``g_c`` is cut into ``l`` equal parts ``g_c^(1..l)`` of ``d / l`` numbers, and the message
 after chunk ``c`` carries one combination of them, ``sum_k E[j, k] g_c^(k)`` (``d / l`` numbers), where ``j`` is the
-worker's place among the chunk's ``s + 1`` holders and ``E`` is :func:`split_coefficients` (any ``l`` of its rows
-invertible, well conditioned). The master rebuilds ``g_c`` from ``l`` messages about ``c`` from distinct workers (an
-``l x l`` solve per chunk); the gradient is exact once every chunk has been computed ``l`` times (``exact`` mode's
-stop rule), so it survives ``s + 1 - l`` failed workers instead of ``s``, and partial stragglers count as before.
-With fewer than ``l`` copies (approximate mode) a chunk enters by its least-squares, minimum-norm estimate; residual
-``sqrt(sum_c ||X_c E_c - I||_F^2 / (n l))`` (``sqrt(missing / n)`` when whole chunks are missing). ``l`` must divide
-``d`` (:class:`~gradcode.errors.ConfigError` otherwise) and goes with ``protocol = "stream"``, ``group = 1``.
+worker's place among the chunk's ``s + 1`` holders and ``E`` is :func:`split_coefficients`. The master rebuilds
+``g_c`` from ``l`` messages about ``c`` from distinct workers (an ``l x l`` solve per chunk); the gradient is exact
+once every chunk has been computed ``l`` times (``exact`` mode's stop rule), so it survives ``s + 1 - l`` failed
+workers instead of ``s``. With fewer than ``l`` copies (approximate mode) a chunk enters by its least-squares,
+minimum-norm estimate; residual ``sqrt(sum_c ||X_c E_c - I||_F^2 / (n l))``. ``l`` must divide ``d``
+(:class:`~gradcode.errors.ConfigError` otherwise) and goes with ``protocol = "stream"``, ``group = 1``.
 
 **Communication.** A worker sends up to ``ceil((s + 1) / group)`` messages per iteration instead of one
-(``coded``), each of ``d / l`` floats: ``(s + 1) / l`` times ``coded``'s floats when it completes its chunks
-(``l = s + 1``: the same), fewer when it is interrupted (``late_workers = "abandon"``) or stopped by the iteration's
-end. The records count them (``worker_messages``, ``floats``).
+(``coded``), each of ``d / l`` floats, fewer when it is interrupted (``late_workers = "abandon"``) or stopped by the
+iteration's end. The records count them (``worker_messages``, ``floats``).
 
 **The Tandon et al. code's partial scheme (``protocol = "tandon"``).** As in that code's ``partial_coded.py``:
 each worker has ``partitions`` chunks; the first ``partitions - s - 1`` are its own (no other worker holds them)
@@ -56,33 +53,8 @@ and go uncoded in a first message as soon as they are done; the last ``s + 1`` a
 (the own chunks have no redundancy) and ``n - s`` decodable second messages. All chunks are one data partition of
 ``n (partitions - s - 1) + n``, each worth ``n / n_parts`` load units (the data set is ``n`` units, as for sync).
 
-**Where this reading may differ from the paper.** It rests on the paper's abstract and introduction [paper] and a
-second-hand summary of its figures [summary] (``docs/references.md#partial-stragglers``); what those say, then what
-we chose:
-
-- *Read* [paper]: workers process their chunks in an order, the PS rebuilds the gradient (exactly or approximately)
-  from the work of fast and partially slow workers; the protocols are computation- and communication-efficient and
-  numerically stable; for an important class of assignments an efficient algorithm optimises the order of chunks
-  inside the workers. [summary]: the gradient is divided into ``l`` parts (the communication parameter); the ordering
-  criterion is ``Q_max``, the worst-case number of chunks the cluster processes before every chunk is covered
-  (:func:`~gradcode.schemes.chunk_order.worst_case_chunks`); the optimal-ordering algorithm covers assignments with
-  as many chunks as workers and every chunk replicated equally (the cyclic one is such); an appendix shows Lagrange
-  interpolation (the older communication-efficient codes' decoder) to be numerically unstable.
-- *Our protocol*: after each chunk an uncoded (``l = 1``) or part-combined (``l > 1``) message about that chunk
-  alone; exact when every chunk has ``l`` copies. The paper's workers may instead send coded combinations across
-  chunks, with other coefficients and another decoding; its exact stop condition for ``l > 1`` and its message
-  count per worker may differ. Our decoding is 0/1 weights (``l = 1``) or one ``l x l`` Chebyshev solve per chunk
-  (condition number below 100 for ``s + 1 <= 7``), stable in the paper's sense (no interpolation at many nodes).
-- *Ordering*: for the cyclic assignment the natural order already minimises ``Q_max`` for every ``l`` we checked
-  (brute force over every combination of orders, ``n <= 6``, ``s <= 2``, ``1 <= l <= s + 1``; a subset is in
-  ``tests/test_partial.py``), so the
-  paper's criterion leaves nothing to optimise there; its algorithm (not implemented here) matters for other
-  assignments. Our ``optimized`` order minimises the time until every chunk has ``l`` copies for
-  estimated per-chunk speeds (bisection over candidate times + bipartite matching for ``l = 1``, maximum flow for
-  ``l > 1``, ours); with equal estimates it is ``Q_max``-optimal too, and under i.i.d. delays it differs from
-  natural only by estimation noise.
-- *Approximate*: the estimate is not rescaled for the missing chunks (the paper reports mean-squared error against
-  time; we report the residual).
+What the paper says, what we read into it and where our protocol may differ from its:
+``docs/references.md#partial-stragglers``.
 
 >>> from gradcode import make_scheme
 >>> sch = make_scheme("partial_coded", n=4, s=1, order="natural")

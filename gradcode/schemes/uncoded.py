@@ -14,9 +14,17 @@ from ._base import Combined, Plan, Scheme, as_received, check_k
 
 
 class _Averaging(Scheme):
-    """Shared combine: the mean of the responders' gradients, scaled to the sum over all partitions."""
+    """Shared combine: the mean of the responders' gradients, scaled to the sum over all partitions; the stop rule
+    of a fixed ``k``: the first ``k`` messages."""
 
     sums_messages = True
+    k: int
+
+    def stop_count(self) -> int:
+        return self.k
+
+    def record(self) -> dict:
+        return {"k": self.k}
 
     def messages(self, partials, received, plan: Plan) -> np.ndarray:
         return partials[as_received(received).workers]   # worker i holds partition i alone
@@ -42,13 +50,8 @@ class Sync(_Averaging):
 
     def __init__(self, n: int, *, batch: int | None = None):
         super().__init__(n, batch=batch)
+        self.k = self.n
         self.reset()
-
-    def stop_count(self) -> int:
-        return self.n
-
-    def record(self) -> dict:
-        return {"k": self.n}
 
 
 class FastestK(_Averaging):
@@ -63,12 +66,6 @@ class FastestK(_Averaging):
         super().__init__(n, batch=batch)
         self.k = check_k(k, self.n)
         self.reset()
-
-    def stop_count(self) -> int:
-        return self.k
-
-    def record(self) -> dict:
-        return {"k": self.k}
 
 
 class Backup(_Averaging):
@@ -96,9 +93,6 @@ class Backup(_Averaging):
         if k is not None and check_int("k", k) != self.k:
             raise ConfigError(f"backup: n = k + b must hold, got n = {self.n}, k = {k}, b = {self.b}")
         self.reset()
-
-    def stop_count(self) -> int:
-        return self.k
 
     def record(self) -> dict:
         return {"k": self.k, "b": self.b}

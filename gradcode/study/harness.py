@@ -228,6 +228,8 @@ def _plan(spec: Spec, cluster: str, di: int, si: int, seed: int, delay_labels: l
     }
     if spec.workload is not None:
         single["workload"] = dict(spec.workload)
+    if "network" in spec.raw:     # (absent: the run and its fingerprint as before there was a network)
+        single["network"] = dict(spec.raw["network"])
     run_id = f"{cluster}__d{di}_{_slug(delay_labels[di])}__s{si}_{_slug(scheme_labels[si])}__seed{seed}"
     meta = {"run_id": run_id, "cluster": cluster, "delay": delay_labels[di], "delay_index": di,
             "scheme": scheme_labels[si], "scheme_index": si, "scheme_name": spec.schemes[si]["name"], "seed": seed,

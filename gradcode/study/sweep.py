@@ -56,7 +56,7 @@ from typing import Any
 from ..errors import ConfigError
 
 OPTIONS = {"zip": "true: pair the lists (equal lengths) instead of taking their product"}
-SINGLE = ("cluster", "workload", "delay", "scheme", "run")   # single tables: TABLE.KEY
+SINGLE = ("cluster", "workload", "delay", "scheme", "run", "network")   # single tables: TABLE.KEY
 ARRAYS = ("schemes", "delays")                                # arrays of tables: TABLE.LABEL_OR_NAME.KEY
 
 

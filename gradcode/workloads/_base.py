@@ -110,7 +110,8 @@ class Workload:
         B = min(max(int(samples), 1), N)
         if getattr(self, "_row_mean", None) is None:
             X = self.X
-            sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if _sparse(X) else np.einsum("ij,ij->i", X, X)
+            sparse = scipy.sparse.issparse(X)
+            sq = np.asarray(X.multiply(X).sum(axis=1)).ravel() if sparse else np.einsum("ij,ij->i", X, X)
             self._row_mean = float(sq.mean())
         L, L_i = 1.0 / self.lr, self._curvature * self._row_mean + self.reg
         L_B = (N * (B - 1) * L + (N - B) * L_i) / (B * (N - 1))
@@ -119,15 +120,15 @@ class Workload:
     def _gram_max_eig(self) -> float:
         """Largest eigenvalue of ``X^T X / N`` (Lipschitz constants): dense if small, else Lanczos."""
         X, n = self.X, self.n_samples
-        if min(X.shape) <= 100 and not _sparse(X):
+        if min(X.shape) <= 100 and not scipy.sparse.issparse(X):
             M = X.T @ X if X.shape[1] <= X.shape[0] else X @ X.T
             return float(np.linalg.eigvalsh(M / n)[-1])
-        import scipy.sparse.linalg  # lazily: keeps ``import gradcode`` fast
+        from scipy.sparse.linalg import LinearOperator, eigsh  # lazily: keeps ``import gradcode`` fast
 
-        op = scipy.sparse.linalg.LinearOperator((X.shape[1],) * 2, matvec=lambda v: X.T @ (X @ v) / n,
+        op = LinearOperator((X.shape[1],) * 2, matvec=lambda v: X.T @ (X @ v) / n,
                                                 dtype=np.float64)
         v0 = np.ones(X.shape[1])       # deterministic start
-        return float(scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=v0, return_eigenvectors=False)[0])
+        return float(eigsh(op, k=1, which="LA", v0=v0, return_eigenvectors=False)[0])
 
     # --- model hooks ----------------------------------------------------------------------------------------
     def _residual(self, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -215,11 +216,8 @@ class Workload:
 
     def batch_indices(self, t: int, parts, n_parts: int, batch: int) -> np.ndarray:
         """``(len(parts), batch)`` row indices (into the permuted ``X``) of each part's mini-batch."""
-        t = check_int("t", t, low=0)
-        bounds = self.partition_bounds(n_parts)
-        parts = self._check_parts(parts, n_parts)
-        batch = check_int("batch", batch, low=1)
-        return self._batch_indices(t, parts, n_parts, batch, bounds)
+        t, parts, bounds, _, _ = self._gradient_args(t, parts, n_parts, None)
+        return self._batch_indices(t, parts, n_parts, check_int("batch", batch, low=1), bounds)
 
     def _batch_indices(self, t, parts, n_parts, batch, bounds) -> np.ndarray:
         keys = _stream_keys(self.seed, t, parts, n_parts)
@@ -329,10 +327,6 @@ class Workload:
     def __repr__(self) -> str:
         args = ", ".join(f"{key}={val!r}" for key, val in getattr(self, "params", {}).items())
         return f"make_workload({self.name!r}, {args})"
-
-
-def _sparse(X) -> bool:
-    return scipy.sparse.issparse(X)
 
 
 def _rows(X, idx: np.ndarray):

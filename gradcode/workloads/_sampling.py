@@ -10,15 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-
-
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)   # the splitmix64 constants
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
-
-
 _M2 = np.uint64(0x94D049BB133111EB)
-
-
 _MASK64 = (1 << 64) - 1
 
 
@@ -49,8 +43,7 @@ def _uniform(bits: np.ndarray) -> np.ndarray:
 
 
 def _sample_local(keys: np.ndarray, sizes: np.ndarray, b: int) -> np.ndarray:
-    """``(m, b)`` local indices: row ``i`` a batch of ``b`` from ``range(sizes[i])``, drawn from ``keys[i]``.
-    """
+    """``(m, b)`` local indices: row ``i`` a batch of ``b`` from ``range(sizes[i])``, drawn from ``keys[i]``."""
     m = len(keys)
     out = np.empty((m, b), dtype=np.int64)
     if m == 0:

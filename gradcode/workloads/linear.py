@@ -12,7 +12,7 @@ import numpy as np
 import scipy.sparse
 
 from ..errors import check_float, check_int, check_seed
-from ._base import Workload, _sparse
+from ._base import Workload
 from .data import _check_data_bytes, _digits, _user_data
 
 
@@ -60,12 +60,12 @@ class LeastSquares(Workload):
             y = X @ self.w_star + noise * rng.standard_normal(n_samples)
         self._setup(X, y, seed=seed, reg=0.0, test_fraction=test_fraction)
         self.lr = 1.0 / self._gram_max_eig()
-        if _sparse(self.X):
+        if scipy.sparse.issparse(self.X):
             return                 # no optimum computed for sparse data (optimal_loss stays None)
-        import scipy.linalg
+        from scipy.linalg import lstsq
 
         # minimum-norm least-squares solution by pivoted QR (several times faster than the SVD at d = 1000)
-        self.w_opt = scipy.linalg.lstsq(self.X, self.y, lapack_driver="gelsy", check_finite=False)[0]
+        self.w_opt = lstsq(self.X, self.y, lapack_driver="gelsy", check_finite=False)[0]
         self.optimal_loss = self.loss(self.w_opt)
 
     def _residual(self, Z, y):
@@ -169,7 +169,7 @@ class SoftmaxDigits(Workload):
         X, y = _digits(self.name) if data is None else _user_data(self.name, data, "multiclass")
         self.n_classes = int(y.max()) + 1           # 10 for the digits; a data file's largest label + 1
         ones = np.ones((X.shape[0], 1))
-        X = scipy.sparse.hstack([X, ones], format="csr") if _sparse(X) else np.hstack([X, ones])
+        X = scipy.sparse.hstack([X, ones], format="csr") if scipy.sparse.issparse(X) else np.hstack([X, ones])
         self._setup(X, y, seed=seed, reg=reg, test_fraction=test_fraction)
         self.lr = 1.0 / (self._gram_max_eig() / 2.0 + reg)
 

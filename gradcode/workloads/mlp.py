@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
+import scipy.sparse
 
 from ..errors import ConfigError, check_float, check_seed
-from ._base import Workload, _sparse
+from ._base import Workload
 from .data import _digits, _user_data
 from .linear import _softmax_loss, _softmax_residual
 
@@ -115,7 +116,7 @@ class MLP(Workload):
         grads = []
         for k in range(len(layers) - 1, -1, -1):
             a = acts[k]
-            gW = (a.T @ delta).T if _sparse(a) else delta.T @ a           # sparse input: X^T delta
+            gW = (a.T @ delta).T if scipy.sparse.issparse(a) else delta.T @ a           # sparse input: X^T delta
             grads.append(delta.sum(axis=0))
             grads.append(gW.ravel())
             if k:
