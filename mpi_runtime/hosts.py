@@ -43,4 +43,5 @@ def gather_hosts(comm: MPI.Comm, timeout: float, watch=None) -> list[str] | None
 
 def write_hosts(out: Path, hosts: list[str]) -> None:
     """``out/hosts.json`` from the ranks' hosts (rank 0 first)."""
+    Path(out).mkdir(parents=True, exist_ok=True)     # launched by hand (mpiexec ... -m mpi_runtime): not made yet
     (Path(out) / HOSTS_FILE).write_text(json.dumps({"master": hosts[0], "workers": hosts[1:]}) + "\n")
