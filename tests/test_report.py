@@ -214,3 +214,17 @@ def test_slowest_workers_and_hosts_of_a_run():
     assert lines[0].startswith("  slowest workers      2 on b (6") and ", 1 on a (2.5" in lines[0]
     assert lines[1].startswith("  slowest hosts        b (3.5")
     assert scheme_text({"scheme": "coded"}, records) == "coded cyclic_mds s=1"
+
+
+def test_a_comparisons_mpi_runs_by_host(tmp_path):
+    """The report's per-host table reads each MPI run's hosts.json; a run without one (simulated) adds nothing."""
+    from gradcode.output.report import RunData
+    from gradcode.output.run_report import hosts_section
+
+    records = [{"worker_plan_received": [0.0, 0.0], "worker_arrived": [1.0, 3.0]}]
+    (tmp_path / "mpi").mkdir()
+    (tmp_path / "mpi" / "hosts.json").write_text(json.dumps({"master": "h0", "workers": ["h0", "h1"]}))
+    runs = [RunData(meta={"scheme": "sync"}, records=records, complete=True, folder=tmp_path / folder)
+            for folder in ("mpi", "sim")]
+    assert hosts_section(runs)[2:] == ["| sync | h0 | 0 | 1 | 100% | 1 |", "| sync | h1 | 1 | 3 | 100% | 1 |"]
+    assert hosts_section(runs[1:]) == []

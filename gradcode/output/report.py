@@ -55,6 +55,7 @@ from ..network import describe_network
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
+from .run_report import hosts_section
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
@@ -524,6 +525,10 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     cross = mpi_vs_sim(rows)
     why = next((n for n in info.get("notes", []) if n.startswith("MPI runs skipped")), None)
     out += cross if cross else ["MPI runs are not part of this comparison" + (f" ({why})" if why else "") + "."]
+    by_host = hosts_section(runs)
+    if by_host:
+        out += ["", "## Hosts (MPI)", "", "Response time: plan received to message arrived at the master (a worker's "
+                "mean over the iterations it answered; a host's over its workers), model units.", ""] + by_host
     drawn = [line for p in plots for line in (f"![{p}](plots/{p})", figure_reading(p, rows, target), "")] \
         if plots is not None else ["Not drawn (a cell of a sweep); `gradcode report FOLDER` draws them.", ""]
     out += ["", "## Plots", ""] + drawn

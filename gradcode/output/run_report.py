@@ -162,3 +162,23 @@ def _render(folder: Path, summary: dict, records: list[dict], hosts: list[str] |
             "Reading: each worker's bar from its plan to its message, coloured by its role in the iteration "
             "(hatched: its compute); a vertical line ends each iteration.", ""]
     return "\n".join(out)
+
+
+def hosts_section(runs: list) -> list[str]:
+    """A comparison's MPI runs by host (runs with a ``hosts.json``): per scheme and host, its workers, their mean
+    response time and the share of their messages that arrived, averaged over the seeds and delay models."""
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        hosts = read_hosts(run.folder)
+        if hosts:
+            for h in per_host(per_worker(run.records), hosts):
+                cells.setdefault((run.meta["scheme"], h["host"]), []).append(h)
+    if not cells:
+        return []
+    lines = ["| scheme | host | workers | mean response | answered | runs |", "|---|---|---|---|---|---|"]
+    for (scheme, host), hs in cells.items():
+        means = [h["mean_response"] for h in hs if h["mean_response"] is not None]
+        lines.append(f"| {scheme} | {host} | {_span(hs[0]['workers'])} | "
+                     f"{fmt_value(float(np.mean(means))) if means else '-'} | "
+                     f"{np.mean([h['answered'] for h in hs]):.0%} | {len(hs)} |")
+    return lines
