@@ -228,3 +228,18 @@ def test_a_comparisons_mpi_runs_by_host(tmp_path):
             for folder in ("mpi", "sim")]
     assert hosts_section(runs)[2:] == ["| sync | h0 | 0 | 1 | 100% | 1 |", "| sync | h1 | 1 | 3 | 100% | 1 |"]
     assert hosts_section(runs[1:]) == []
+
+
+def test_report_of_a_simulate_folder(tmp_path):
+    """`gradcode report DIR` on one run's folder (here `gradcode simulate`'s): per-worker table, no hosts, timeline."""
+    from gradcode.cli import main
+
+    spec = tmp_path / "one.toml"
+    spec.write_text('[cluster]\nworkers = 3\n[workload]\nname = "least_squares"\nn_samples = 60\ndim = 3\n'
+                    '[delay]\nname = "pareto"\n[scheme]\nname = "coded"\ncode = "cyclic_repetition"\ns = 1\n'
+                    '[run]\niterations = 4\n')
+    assert main(["simulate", str(spec), "--out", str(tmp_path / "s")]) == 0
+    assert main(["report", str(tmp_path / "s")]) == 0
+    text = (tmp_path / "s" / "report.md").read_text()
+    assert "coded cyclic_repetition s=1, 4 iterations on the simulated cluster" in text
+    assert "| 2 | - |" in text and "No hosts.json" in text and (tmp_path / "s" / "plots" / "timeline.png").is_file()
