@@ -95,7 +95,11 @@ def _outside_legend(fig, axes: list) -> None:
             entries.setdefault(label, handle)
     if entries:
         ncol = 1 if len(entries) <= 16 else 2
-        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
+        legend = fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
+        # the figure grows by the legend's width: constrained layout would take it from the panels (with one panel
+        # and long labels, about half of the plot)
+        width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
+        fig.set_figwidth(fig.get_figwidth() + width)
 
 
 def _save(fig, path: Path) -> None:
