@@ -96,10 +96,10 @@ def _outside_legend(fig, axes: list) -> None:
     if entries:
         ncol = 1 if len(entries) <= 16 else 2
         legend = fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
-        # the figure grows by the legend's width: constrained layout would take it from the panels (with one panel
-        # and long labels, about half of the plot)
-        width = legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi
-        fig.set_figwidth(fig.get_figwidth() + width)
+        # fewer than three panels a row: the figure grows by the legend's width, which constrained layout would take
+        # from the panels (one panel, long labels: about half of the plot); a full row shares it among three
+        if fig.get_figwidth() < MAX_COLUMNS * PANEL[0]:
+            fig.set_figwidth(fig.get_figwidth() + legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi)
 
 
 def _save(fig, path: Path) -> None:
