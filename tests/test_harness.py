@@ -267,7 +267,8 @@ def test_readme_main_command_quick(tmp_path):
     rows = json.loads((out / "summary.json").read_text())
     assert all(r["status"] == "complete" for r in rows)
     text = (out / "report.md").read_text()
-    section = text.split("## MPI vs simulator")[1].split("## Plots")[0]
+    section = text.split("## MPI vs simulator")[1].split("\n## ")[0]      # up to the next section (Hosts, Plots)
+    assert "## Hosts (MPI)" in text      # every MPI run wrote its hosts.json
     mpi = [r for r in rows if r["cluster"] == "mpi"]
     assert len(mpi) == len(rows) // 2
     ratios = [float(line.split("|")[5]) for line in section.splitlines() if line.startswith("| ")
