@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--out", help="output folder (default: results/<spec name>)")
     cmp_.add_argument("--quick", action="store_true", help="a reduced run: fewer iterations and seeds (CI)")
     cmp_.add_argument("--cluster", choices=["sim", "mpi", "both"], help="override [cluster] kind")
+    cmp_.add_argument("--hostfile", help="MPI hostfile: the MPI runs span its hosts (as `gradcode run --hostfile`)")
     _run_overrides(cmp_)
     cmp_.add_argument("--replace", action="store_true",
                       help="--out holds another experiment (a different spec): delete its results and run this one "
@@ -67,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--run", help="in a compare folder: which run (a folder name under runs/)")
     _cluster_parser(sub)
     rep = sub.add_parser("report", help="rebuild report.md and the plots of a results folder from its records")
-    rep.add_argument("folder", help="a folder written by `gradcode compare`")
+    rep.add_argument("folder", help="a folder written by `gradcode compare`, or by `gradcode run` / `gradcode "
+                                    "simulate` (one run: per-worker and per-host tables, its timeline)")
     return p
 
 
@@ -165,8 +167,9 @@ def _param(p) -> str:
 
 
 def _describe(args) -> int:
-    from .plumbing.registry import describe
+    from .plumbing.registry import add_user_dirs, describe
 
+    add_user_dirs(Path.cwd())    # 'mymodule:Class' from the module's folder, as a spec's import paths are found
     print("\n\n".join(d.text() for d in describe(args.name, args.kind)))
     return 0
 

@@ -141,7 +141,8 @@ class RunOptions:
                                "{name = \"step\", factor = 0.5, every = 100} ({name = \"1/t\", t0 = 10})",
                                _lr_schedule)
     eval_every: int | None = _option(None, "held-out metrics every this many iterations (default: loss_every)", _int(1))
-    target_accuracy: float | None = _option(None, "report the time to this held-out accuracy", _float(0.0))
+    target_accuracy: float | None = _option(None, "stop when the held-out accuracy reaches this (on an "
+                                                  "evaluated iteration, eval_every)", _float(0.0))
     batch: int | None = _option(None, "samples per partition mini-batch (default: whole partition)", _int(1))
     time_scale: float = _option(0.01, "MPI: wall-clock seconds per unit of model time", _float(0.0, low_open=True))
     grace: float = _option(10.0, "MPI: seconds to wait for an answer (a worker, the master, a collective) before "

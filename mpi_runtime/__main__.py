@@ -37,6 +37,7 @@ from gradcode.spec import RunOptions
 from . import protocol as P
 from .config import FINISHED, STARTED, load_run
 from .faults import Faults, check_hooks
+from .hosts import gather_hosts, write_hosts
 from .peers import MasterLost, Peers, who
 from .protocol import RunFailure, precise_sleep
 
@@ -95,6 +96,9 @@ def run(argv: list[str] | None, job: _Job) -> bool:
     if world.Get_rank() == 0:
         print(STARTED, flush=True)     # the launcher's start-up watchdog (launch.py) waits for this line
     comm = P.dup(world, cfg.options.startup_timeout, job.peers.check)   # our own communicator: no other tags
+    hosts = gather_hosts(comm, cfg.options.startup_timeout, job.peers.check)
+    if hosts is not None:
+        write_hosts(job.out, hosts)
     precise_sleep()         # every rank emulates times and polls with time.sleep
     if scheme.decentralized:
         from .allreduce import Decentralized

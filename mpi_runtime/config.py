@@ -72,5 +72,6 @@ def load_run(source: str | Path | dict, *, scheme_index: int = 0, overrides: dic
     if spec.workload is None:
         raise ConfigError("MPI runs need a [workload] table: the ranks exchange real gradients")
     if "seeds" in spec.run:
-        raise ConfigError("[run] seeds: an MPI run takes one seed; use [run] seed")
+        raise ConfigError(f"[run] seeds = {spec.run['seeds']!r}: an MPI run takes one seed; give --seed (one of "
+                          "them), or run them all with `gradcode compare --cluster mpi`")
     return RunConfig(spec=spec, scheme_index=scheme_index, prebuilt_workload=workload)

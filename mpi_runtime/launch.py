@@ -223,7 +223,7 @@ def launch(spec: str | Path, out: str | Path, *, scheme: int = 0, iterations: in
     return code
 
 
-RUN_FILES = ("records.jsonl", "summary.json", "params.npy")    # what rank 0 writes into --out
+RUN_FILES = ("records.jsonl", "summary.json", "params.npy", "hosts.json")    # what rank 0 writes into --out
 
 
 def summary_lines(out: Path, code: int) -> list[str]:
@@ -234,8 +234,12 @@ def summary_lines(out: Path, code: int) -> list[str]:
         s = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return [f"gradcode run: the job ended with exit status {code} and wrote no {out / 'summary.json'}"]
+    from gradcode.output.report import read_records
+    from gradcode.output.run_report import read_hosts, scheme_text, slowest_lines
+
+    records = read_records(out / "records.jsonl")[0]
     scale = s.get("time_scale") or 1.0
-    lines = [f"gradcode run: {s.get('scheme', '?')}, {s.get('iterations', 0)} iterations on MPI"]
+    lines = [f"gradcode run: {scheme_text(s, records)}, {s.get('iterations', 0)} iterations on MPI"]
     mean = s.get("mean_iteration_time")
     if isinstance(mean, (int, float)):
         lines.append(f"  mean iteration time  {mean:.4g} model units ({mean * scale * 1e3:.4g} ms)")
@@ -247,6 +251,7 @@ def summary_lines(out: Path, code: int) -> list[str]:
         lines.append(f"  final loss           {loss:.6g}")
     for death in s.get("deaths") or []:
         lines.append(f"  dead                 {name_dead(death['worker'], death['at'], death)}")
+    lines += slowest_lines(records, read_hosts(out))
     if s.get("error"):
         lines.append(f"  error                {s['error']}")
     if code != 0:

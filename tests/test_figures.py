@@ -277,3 +277,18 @@ def test_dropcompute_without_dropping_computes_what_sync_computes(tmp_path, batc
     sync, dropcompute = json.loads((out / "summary.json").read_text())
     assert dropcompute["computed_units"] == pytest.approx(sync["computed_units"])
     assert dropcompute["samples_computed"] == pytest.approx(sync["samples_computed"])
+
+
+def test_an_outside_legend_widens_the_figure_not_the_panel():
+    """With long labels, a one-panel figure's axes keep most of a panel's width: the legend adds its own."""
+    from gradcode.output import plots
+
+    plt = plots._pyplot()
+    fig, ((ax,),) = plots._grid(plt, 1)
+    for i in range(5):
+        ax.plot([0, 1], [i, i + 1], label=f"coded/cyclic_mds s={i} with a long label")
+    plots._outside_legend(fig, [ax])
+    fig.canvas.draw()
+    panel = ax.get_window_extent().width / fig.dpi
+    plt.close(fig)
+    assert panel > 0.7 * plots.PANEL[0], panel

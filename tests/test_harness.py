@@ -267,7 +267,8 @@ def test_readme_main_command_quick(tmp_path):
     rows = json.loads((out / "summary.json").read_text())
     assert all(r["status"] == "complete" for r in rows)
     text = (out / "report.md").read_text()
-    section = text.split("## MPI vs simulator")[1].split("## Plots")[0]
+    section = text.split("## MPI vs simulator")[1].split("\n## ")[0]      # up to the next section (Hosts, Plots)
+    assert "## Hosts (MPI)" in text      # every MPI run wrote its hosts.json
     mpi = [r for r in rows if r["cluster"] == "mpi"]
     assert len(mpi) == len(rows) // 2
     ratios = [float(line.split("|")[5]) for line in section.splitlines() if line.startswith("| ")
@@ -295,3 +296,27 @@ def test_a_failed_mpi_run_is_reported_with_its_summarys_error(tmp_path, monkeypa
     with FolderLock(tmp_path) as lock, pytest.raises(harness.HarnessError, match=r"x: the MPI run failed \(exit 1\): "
                                                                                  "mpiexec exited 0 before rank 0"):
         harness._run_mpi(SimpleNamespace(run_id="x"), tmp_path, lock)
+
+
+def test_compare_hostfile_reaches_every_mpi_run_and_is_checked_first(tmp_path, monkeypatch):
+    """`compare --hostfile`: a missing file, or a comparison without MPI runs, is refused before any run; given one,
+    every MPI run is `gradcode run ... --hostfile <absolute path>`."""
+    from helpers import EXPERIMENT, MPI_OK, MPI_RUN
+
+    import gradcode.study.harness as harness
+
+    spec = copy.deepcopy(EXPERIMENT)
+    with pytest.raises(ConfigError, match="no such file"):
+        harness.compare(spec, tmp_path / "a", progress=False, mpi=NO_MPI, hostfile=tmp_path / "nope")
+    (tmp_path / "hosts").write_text("localhost:4\n")
+    with pytest.raises(ConfigError, match="no MPI run"):
+        harness.compare(spec, tmp_path / "a", progress=False, mpi=NO_MPI, hostfile=tmp_path / "hosts")
+    assert not (tmp_path / "a").exists()
+    commands = []
+    monkeypatch.setattr(harness, "run_child", lambda cmd, **kwargs: commands.append(cmd) or 1)
+    spec["cluster"]["kind"] = "mpi"
+    spec["run"].update(MPI_RUN)
+    with pytest.raises(harness.HarnessError):     # every (faked) run failed
+        harness.compare(spec, tmp_path / "b", progress=False, mpi=MPI_OK, hostfile=tmp_path / "hosts")
+    assert len(commands) == 4
+    assert all(cmd[-2:] == ["--hostfile", str((tmp_path / "hosts").resolve())] for cmd in commands)

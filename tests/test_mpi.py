@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import subprocess
 import sys
 
@@ -278,18 +279,26 @@ def test_nan_message_is_an_erasure(tmp_path):
 @pytest.mark.mpi
 def test_gradcode_run_prints_command_and_writes_results(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text(tomli_w.dumps(mpi_spec({"name": "sync"}, iterations=3)))
+    path.write_text(tomli_w.dumps(mpi_spec({"name": "coded", "code": "cyclic_repetition", "s": 1}, iterations=3)))
     proc = cli("run", str(path), "--out", str(tmp_path / "o"))
     assert proc.returncode == 0, proc.stderr
     assert "-m mpi4py -m mpi_runtime" in proc.stdout and "mpiexec" in proc.stdout
     assert len(read_whole_records(tmp_path / "o")) == 3
-    # it ends with a short summary, from summary.json, as `gradcode simulate` does
+    # it ends with a short summary, from summary.json, as `gradcode simulate` does, naming the code and who was slow
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    tail = proc.stdout.split("gradcode run: sync, 3 iterations on MPI\n", 1)[1]
+    tail = proc.stdout.split("gradcode run: coded cyclic_repetition s=1, 3 iterations on MPI\n", 1)[1]
     assert f"mean iteration time  {summary['mean_iteration_time']:.4g} model units" in tail
     assert f"overhead ratio       {summary['overhead_ratio']:.4g} (measured / ideal time)" in tail
     assert f"final loss           {summary['final_loss']:.6g}" in tail
-    assert tail.rstrip().endswith(f"wrote {tmp_path / 'o'}/ (records.jsonl, summary.json, params.npy)")
+    hosts = json.loads((tmp_path / "o" / "hosts.json").read_text())     # every rank's host, from the rank itself
+    assert hosts == {"master": socket.gethostname(), "workers": [socket.gethostname()] * 4}    # MPICH's name
+    assert "  slowest workers      " in tail and f" on {hosts['master']} (" in tail
+    assert tail.rstrip().endswith(f"wrote {tmp_path / 'o'}/ (records.jsonl, summary.json, params.npy, hosts.json)")
+    # `gradcode report` reads a run folder as it reads a comparison's: per-worker and per-host tables, a timeline
+    done = cli("report", str(tmp_path / "o"))
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert f"| {hosts['master']} | 0,1,2,3 |" in report and (tmp_path / "o" / "plots" / "timeline.png").is_file()
 
 
 def test_run_summary_says_the_error_and_exit_status(tmp_path):

@@ -117,6 +117,11 @@ def test_target_accuracy_stops_a_simulated_run():
     assert 1 < len(accuracies) < 40, accuracies
     assert accuracies[-1] >= 0.3 and max(accuracies[:-1]) < 0.3
     assert result.summary["time_to_target_accuracy"] == result.records[-1]["end"]
+    # what a spec's unknown-key error and the guide say: it stops the run, as target_loss does
+    from gradcode.spec import RUN_KEYS
+
+    assert RUN_KEYS["target_accuracy"].startswith("stop") and RUN_KEYS["target_loss"].startswith("stop")
+    assert "target_accuracy = 0.9        # stop there" in (Path(__file__).parents[1] / "docs/guide.md").read_text()
 
 
 def test_timeline_bars_follow_the_worker_times():

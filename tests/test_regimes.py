@@ -219,7 +219,7 @@ def test_markdown_table_has_a_line_per_cell_and_numbers_by_magnitude():
     assert lines[0] == "## Regime map"
     table = [line for line in lines if line.startswith("| ")]
     assert table[0].startswith("| cell | delay.extra | cluster | delay | winner |")
-    assert table[1] == "| 0 | 0 | sim | d | fastest_k | 8.00 ± 0.10 | 1.25x | - |"
+    assert table[1] == "| 0 | 0 | sim | d | fastest_k | 8.00 ± 0.10 | 1.25x | - | - |"
     assert len(table) == 3
 
 
@@ -364,7 +364,7 @@ GOOD_ROW = {"cell": 0, "x": 1, "cluster": "sim", "delay": "d", "scheme": "sync"}
     (None, "x", "time_to_target", "swept must be a list of the swept paths"),
     (None, ["x", "x"], "time_to_target", "names a path twice; accepted: each swept path once"),
     (None, ["delay"], "time_to_target", "delay is a column of every sweep row, not a swept path"),
-    (None, ["x"], "speed", "metric 'speed' is not a sweep metric; accepted: mean_iteration_time"),
+    (None, ["x"], "speed", "metric 'speed' is not a sweep metric; accepted: time_to_target"),
     (None, ["x"], None, "is not a sweep metric"),
 ])
 def test_bad_input_is_a_config_error_naming_what_is_accepted(rows, swept, metric, message, tmp_path):
@@ -403,3 +403,14 @@ def test_a_figures_folder_that_cannot_be_one_is_a_config_error(tmp_path):
 def test_the_module_constants_name_the_contract():
     assert regimes.METRICS[-3:] == ["computed_units", "wasted_units", "total_time"]
     assert "time_to_target" in regimes.METRICS and "speedup_target" in regimes.METRICS
+
+
+def test_a_scheme_that_missed_the_target_stays_in_the_table_with_its_seeds():
+    """A scheme without a time to target on every seed is not ranked, and the table says how many seeds reached it
+    rather than dropping it in silence."""
+    rows = make_rows({"x": [0]}, lambda values, label, delay: None if label == "coded" else (10.0, 0.1))
+    for row in rows:
+        row["reached"] = 1 if row["scheme"] == "coded" else 3
+    assert winners(rows, ["x"])[0]["missed"] == ["coded (1/3)"]
+    line = next(line for line in markdown(rows, ["x"]) if line.startswith("| 0 |"))
+    assert line.endswith("| coded (1/3) |")

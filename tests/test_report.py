@@ -171,3 +171,75 @@ def test_report_skips_a_run_without_a_readable_record(results, tmp_path):
     folder, runs = _copy(results, tmp_path)
     (runs[0] / "records.jsonl").write_bytes(os.urandom(100).replace(b"\n", b"x"))
     assert f"run skipped: {runs[0].name}: records.jsonl holds no readable record" in build_report(folder).read_text()
+
+
+def test_gradient_error_beside_the_residual_and_identical_schemes_flagged(tmp_path):
+    """An averaging scheme's residual is n/a and its gradient error is shown; fastest_k k = n - 1 and backup b = 1
+    give the same records on every seed, and the notes say so (sync and the code are not flagged)."""
+    spec = {"cluster": {"workers": 4}, "workload": {"name": "least_squares", "n_samples": 80, "dim": 3},
+            "delay": {"name": "shifted_exponential"},
+            "schemes": [{"name": "sync"}, {"name": "fastest_k", "k": 3}, {"name": "backup", "b": 1},
+                        {"name": "coded", "code": "cyclic_mds", "s": 1}],
+            "run": {"iterations": 6, "seeds": [0, 1]}}
+    out = tmp_path / "out"
+    compare(spec, out, progress=False, mpi=(False, "not in this test"), figures=False)
+    text = (out / "report.md").read_text()
+    head = next(line for line in text.splitlines() if line.startswith("| cluster"))
+    assert head.index("speedup to target") < head.index("p95 it. time")
+    titles = [t.strip() for t in head.strip("|").split("|")]
+    row = next(line for line in text.splitlines() if "| fastest_k" in line)
+    cells = dict(zip(titles, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    assert cells["residual"] == "n/a" and cells["grad. error"] not in ("n/a", "-", "0")
+    coded = next(line for line in text.splitlines() if "| coded" in line)
+    assert "n/a" not in coded
+    assert "fastest_k k=3 and backup b=1 are the SAME scheme here" in text
+    assert "sync and" not in text and "and coded are the SAME" not in text
+
+
+def test_slowest_workers_and_hosts_of_a_run():
+    """Response time = arrived - plan received, over the iterations a worker answered; hosts gather their workers."""
+    from gradcode.output.run_report import per_host, per_worker, scheme_text, slowest_lines
+
+    records = [{"scheme": "coded", "code": "cyclic_mds", "s": 1, "worker_plan_received": [0.0, 0.0, 0.0, 0.0],
+                "worker_arrived": [1.0, 2.0, 5.0, None]},
+               {"scheme": "coded", "code": "cyclic_mds", "s": 1, "worker_plan_received": [3.0, 3.0, 3.0, 3.0],
+                "worker_arrived": [4.0, 6.0, 10.0, 4.0]}]
+    workers = per_worker(records)
+    assert [w["mean_response"] for w in workers] == [1.0, 2.5, 6.0, 1.0]
+    assert [w["answered"] for w in workers] == [1.0, 1.0, 1.0, 0.5]
+    hosts = ["a", "a", "b", "b"]
+    assert [(h["host"], h["workers"], h["mean_response"], h["slowest"]) for h in per_host(workers, hosts)] == \
+        [("a", [0, 1], 1.75, 1), ("b", [2, 3], 3.5, 2)]
+    lines = slowest_lines(records, hosts, top=2)
+    assert lines[0].startswith("  slowest workers      2 on b (6") and ", 1 on a (2.5" in lines[0]
+    assert lines[1].startswith("  slowest hosts        b (3.5")
+    assert scheme_text({"scheme": "coded"}, records) == "coded cyclic_mds s=1"
+
+
+def test_a_comparisons_mpi_runs_by_host(tmp_path):
+    """The report's per-host table reads each MPI run's hosts.json; a run without one (simulated) adds nothing."""
+    from gradcode.output.report import RunData
+    from gradcode.output.run_report import hosts_section
+
+    records = [{"worker_plan_received": [0.0, 0.0], "worker_arrived": [1.0, 3.0]}]
+    (tmp_path / "mpi").mkdir()
+    (tmp_path / "mpi" / "hosts.json").write_text(json.dumps({"master": "h0", "workers": ["h0", "h1"]}))
+    runs = [RunData(meta={"scheme": "sync"}, records=records, complete=True, folder=tmp_path / folder)
+            for folder in ("mpi", "sim")]
+    assert hosts_section(runs)[2:] == ["| sync | h0 | 0 | 1 | 100% | 1 |", "| sync | h1 | 1 | 3 | 100% | 1 |"]
+    assert hosts_section(runs[1:]) == []
+
+
+def test_report_of_a_simulate_folder(tmp_path):
+    """`gradcode report DIR` on one run's folder (here `gradcode simulate`'s): per-worker table, no hosts, timeline."""
+    from gradcode.cli import main
+
+    spec = tmp_path / "one.toml"
+    spec.write_text('[cluster]\nworkers = 3\n[workload]\nname = "least_squares"\nn_samples = 60\ndim = 3\n'
+                    '[delay]\nname = "pareto"\n[scheme]\nname = "coded"\ncode = "cyclic_repetition"\ns = 1\n'
+                    '[run]\niterations = 4\n')
+    assert main(["simulate", str(spec), "--out", str(tmp_path / "s")]) == 0
+    assert main(["report", str(tmp_path / "s")]) == 0
+    text = (tmp_path / "s" / "report.md").read_text()
+    assert "coded cyclic_repetition s=1, 4 iterations on the simulated cluster" in text
+    assert "| 2 | - |" in text and "No hosts.json" in text and (tmp_path / "s" / "plots" / "timeline.png").is_file()

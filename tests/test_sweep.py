@@ -204,6 +204,7 @@ def test_the_table_has_one_row_per_cell_cluster_delay_and_scheme(serial):
     assert regimes.winners(info["rows"], info["paths"])          # the shape the regime map reads
     report = (serial / "report.md").read_text()
     assert "## Regime map" in report and "cells/003/report.md" in report
+    assert 'href="cells/003/report.html"' in (serial / "report.html").read_text()    # the cell's page, not its text
     assert (serial / regimes.REGIME_MAP).is_file()
     assert not (serial / "cells" / "000" / "plots").exists()      # no cell figures unless asked for
     assert "Not drawn" in (serial / "cells" / "000" / "report.md").read_text()
@@ -360,3 +361,14 @@ def test_ctrl_c_ends_the_pool_workers_found_by_a_public_api():
     finally:
         bystander.terminate()
         bystander.join()
+
+
+def test_the_regime_map_caption_matches_its_figure():
+    """One swept key draws lines, not a coloured map: the caption under it says so; two keys keep the map's."""
+    from types import SimpleNamespace
+
+    from gradcode.study.sweep_run import _figure_reading
+
+    one, two = (_figure_reading(regimes.REGIME_MAP, [], SimpleNamespace(paths=paths)) for paths in (["x"], ["x", "y"]))
+    assert "one line per scheme" in one and "colour" not in one
+    assert "colour per scheme" in two

@@ -95,7 +95,11 @@ def _outside_legend(fig, axes: list) -> None:
             entries.setdefault(label, handle)
     if entries:
         ncol = 1 if len(entries) <= 16 else 2
-        fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
+        legend = fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7, ncol=ncol)
+        # fewer than three panels a row: the figure grows by the legend's width, which constrained layout would take
+        # from the panels (one panel, long labels: about half of the plot); a full row shares it among three
+        if fig.get_figwidth() < MAX_COLUMNS * PANEL[0]:
+            fig.set_figwidth(fig.get_figwidth() + legend.get_window_extent(fig.canvas.get_renderer()).width / fig.dpi)
 
 
 def _save(fig, path: Path) -> None:

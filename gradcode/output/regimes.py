@@ -160,7 +160,8 @@ def _winner(group: list[dict], swept: list[str], metric: str) -> dict:
     out = {"cell": first["cell"], **{p: first[p] for p in swept}, "cluster": first["cluster"],
            "delay": first["delay"], "metric": used, "winner": None, "tied": [], "value": None, "ci": None,
            "speedup": None, "sync": None if sync is None else sync["scheme"],
-           "values": {label: value for label, (value, _) in scored.items()}}
+           "values": {label: value for label, (value, _) in scored.items()},
+           "missed": [_missed(r) for r in group if _number(r, used) is None]}
     if not scored:
         return out
     pick = max if used in HIGHER_IS_BETTER else min
@@ -170,6 +171,13 @@ def _winner(group: list[dict], swept: list[str], metric: str) -> dict:
                tied=[label for label, (v, c) in scored.items() if label != best and abs(v - value) <= ci + c],
                speedup=None if sync is None else _speedup(_number(sync, used), value, used))
     return out
+
+
+def _missed(row: dict) -> str:
+    """A scheme left out of a cell's ranking, and how many of its seeds reached the target (a sweep row's
+    ``reached`` of ``seeds``): a mean is given only when every seed has a value."""
+    reached, seeds = row.get("reached"), row.get("seeds")
+    return row["scheme"] + ("" if reached in (None, "") or seeds in (None, "") else f" ({reached}/{seeds})")
 
 
 def _speedup(reference: float | None, value: float | None, metric: str) -> float | None:
@@ -189,7 +197,8 @@ def markdown(rows: list[dict], swept: list[str], metric: str = "time_to_target")
     lines = ["## Regime map", "", _how_to_read(metric), ""]
     if not table:
         return lines + ["No sweep rows: nothing to rank.", ""]
-    head = ["cell", *swept, "cluster", "delay", "winner", "value", "speedup vs sync", "tied within CI"]
+    head = ["cell", *swept, "cluster", "delay", "winner", "value", "speedup vs sync", "tied within CI",
+            "not ranked (seeds that reached it)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_table_cells(w, swept, metric)) + " |" for w in table]
     return lines + ["", _reading(table, swept, metric), ""]
@@ -200,7 +209,8 @@ def _how_to_read(metric: str) -> str:
     title, higher = TITLES[metric], metric in HIGHER_IS_BETTER
     text = (f"Winner of each cell by {title} ({'higher' if higher else 'lower'} is better; mean ± 95% CI over seeds); "
             f"speedup = {'the winner' if higher else 'sync'}'s / {'sync' if higher else 'the winner'}'s; tied: the "
-            f"other schemes whose 95% CI overlaps the winner's (marked {TIE} in the map).")
+            f"other schemes whose 95% CI overlaps the winner's (marked {TIE} in the map); not ranked: the schemes "
+            "without a value on every seed (for time to target: how many seeds reached it).")
     if metric != FALLBACK:
         why = " (none reached the target loss)" if metric == "time_to_target" else ""
         text += f" {FELL_BACK}: no scheme has {title} in that cell{why}: ranked by mean iteration time instead."
@@ -213,7 +223,8 @@ def _table_cells(w: dict, swept: list[str], metric: str) -> list[str]:
     if w["winner"] and w["sync"] is None:
         speedup = "no sync"
     return [_text(w["cell"]), *(_text(w[p]) for p in swept), str(w["cluster"]), str(w["delay"]),
-            w["winner"] or "none (no value)", value, speedup, ", ".join(w["tied"]) or "-"]
+            w["winner"] or "none (no value)", value, speedup, ", ".join(w["tied"]) or "-",
+            ", ".join(w["missed"]) or "-"]
 
 
 def _reading(table: list[dict], swept: list[str], metric: str) -> str:

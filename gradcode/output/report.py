@@ -27,8 +27,11 @@ the MPI cluster divides wall-clock seconds by ``[run] time_scale``):
 - ``messages`` and ``bytes = messages x d x 8`` (a streaming scheme: the floats its records count x 8)
   (x 2 for complex codes, whose messages carry two reals per entry;
   DropCompute's All-Reduce counted as one d-vector per worker);
-- ``mean_residual``: mean decoding residual; ``fallback_decodes``: iterations whose exact code could not decode
-  exactly and fell back to least-squares weights (residual above the code's ``tol``: an approximate gradient);
+- ``mean_residual``: mean decoding residual (n/a in the table for a scheme that does not decode: it averages);
+  ``mean_grad_error``: mean over iterations of ``||g_hat - g|| / ||g||``, the estimate against the full gradient
+  (records' ``grad_error``; training runs only), for every scheme; ``fallback_decodes``: iterations whose exact
+  code could not decode exactly and fell back to least-squares weights (residual above the code's ``tol``: an
+  approximate gradient);
 - ``speedup_iteration`` = sync's mean iteration time / this one, and ``speedup_target`` = sync's time to target /
   this one, against the ``sync`` run (the scheme whose class is the ``baseline``) on the same delay model, seed and
   cluster. An asynchronous scheme's iteration times are of rounds of ``n`` updates (:func:`round_times`): ``n``
@@ -53,18 +56,24 @@ from ..network import describe_network
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
+from .run_report import hosts_section
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
            "time_to_target", "final_loss", "time_to_accuracy", "final_test_accuracy", "computed_units",
            "wasted_units", "wasted_fraction", "samples_computed", "samples_wasted", "messages", "bytes",
-           "mean_residual", "fallback_decodes", "speedup_iteration", "speedup_target", "scheme_name", "run_id"]
-AGGREGATED = [("mean_iteration_time", "mean it. time"), ("p95_iteration_time", "p95 it. time"),
-              ("time_to_target", "time to target"), ("final_loss", "final loss"),
-              ("time_to_accuracy", "time to accuracy"), ("final_test_accuracy", "test accuracy"),
-              ("samples_computed", "samples computed"), ("wasted_fraction", "wasted"), ("bytes", "bytes sent"),
-              ("mean_residual", "residual"),
-              ("speedup_iteration", "speedup/it."), ("speedup_target", "speedup to target")]
+           "mean_residual", "mean_grad_error", "fallback_decodes", "speedup_iteration", "speedup_target",
+           "scheme_name", "run_id"]
+# the key columns first (a wide table's left part is what a browser shows without scrolling)
+AGGREGATED = [("time_to_target", "time to target"), ("speedup_target", "speedup to target"),
+              ("mean_iteration_time", "mean it. time"), ("speedup_iteration", "speedup/it."),
+              ("final_loss", "final loss"), ("mean_grad_error", "grad. error"), ("mean_residual", "residual"),
+              ("p95_iteration_time", "p95 it. time"), ("time_to_accuracy", "time to accuracy"),
+              ("final_test_accuracy", "test accuracy"), ("samples_computed", "samples computed"),
+              ("wasted_fraction", "wasted"), ("bytes", "bytes sent")]
+# the methods of a decode (a code's, partial_coded's), whose residual says how far the weights are from exact; the
+# other schemes average what came (their records' residual is 0 by construction: "n/a", their grad. error says it)
+DECODE_METHODS = ("exact", "optimal", "fallback", "approximate")
 MPI_TOLERANCE = 0.10
 
 
@@ -237,7 +246,9 @@ def run_row(run: RunData) -> dict[str, Any]:
         # a streaming scheme's messages differ in size: its records count the floats sent
         "bytes": s["floats"] * 8 if s.get("floats") is not None else None if floats is None
         else s["messages"] * floats * 8,
-        "mean_residual": s["mean_residual"], "fallback_decodes": s.get("fallback_decodes"),
+        "mean_residual": s["mean_residual"], "mean_grad_error": _mean_of(recs, "grad_error"),
+        "decodes": any(r.get("method") in DECODE_METHODS for r in recs),
+        "fallback_decodes": s.get("fallback_decodes"),
         "diverged": s.get("divergence_note"),
         "speedup_iteration": None, "speedup_target": None,
         "scheme_name": meta["scheme_name"], "run_id": meta["run_id"],
@@ -250,6 +261,11 @@ def round_times(records: list[dict[str, Any]], n: int) -> dict[str, float]:
     rounds = iteration_durations(records, n)
     return {"mean_iteration_time": float(rounds.mean()), "p50_iteration_time": float(np.percentile(rounds, 50)),
             "p95_iteration_time": float(np.percentile(rounds, 95))}
+
+
+def _mean_of(records: list[dict], key: str) -> float | None:
+    values = [r[key] for r in records if r.get(key) is not None]
+    return float(np.mean(values)) if values else None
 
 
 def scheme_class(meta: dict[str, Any]) -> type:
@@ -325,7 +341,12 @@ def groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[s
 
 def cell(rows: list[dict], key: str) -> str:
     """Mean ± CI half-width over the rows, to the digits the CI warrants (:func:`gradcode.output.numfmt.fmt_ci`);
-    ``(j/m)`` when only j of the m rows have a value."""
+    ``(j/m)`` when only j of the m rows have a value; ``n/a`` for a residual where nothing was decoded and a
+    gradient error where no full gradient was computed (timing-only runs)."""
+    if key == "mean_residual" and not any(r.get("decodes", True) for r in rows):
+        return "n/a"
+    if key == "mean_grad_error" and all(r.get(key) is None for r in rows):
+        return "n/a"
     values = [r[key] for r in rows if r[key] is not None]
     if not values:
         return "-"
@@ -336,6 +357,26 @@ def cell(rows: list[dict], key: str) -> str:
 def _group_mean(rows: list[dict], key: str) -> float | None:
     values = [r[key] for r in rows if r[key] is not None]
     return float(np.mean(values)) if len(values) == len(rows) and values else None
+
+
+# --- schemes that are one scheme here --------------------------------------------------------------------------
+SAME_FIELDS = ("start", "end", "loss", "grad_error", "residual", "computed", "wasted", "messages")
+
+
+def identical_schemes(runs: list[RunData]) -> list[list[str]]:
+    """Groups of scheme labels whose runs are the same, iteration for iteration, on every seed, delay model and
+    cluster they share (the same :data:`SAME_FIELDS` in every record): e.g. ``fastest_k`` with ``k = n - b`` and
+    ``backup`` with ``b`` under delays that never let a stale gradient arrive. Two or more seeds or settings agreeing
+    is no accident of one draw."""
+    prints: dict[str, dict[tuple, tuple]] = {}
+    for run in runs:
+        key = (run.meta["cluster"], run.meta["delay"], run.meta["seed"])
+        prints.setdefault(run.meta["scheme"], {})[key] = tuple(tuple(r.get(f) for f in SAME_FIELDS)
+                                                               for r in run.records)
+    same: dict[tuple, list[str]] = {}
+    for label, by_setting in prints.items():
+        same.setdefault(tuple(sorted(by_setting.items(), key=repr)), []).append(label)
+    return [labels for labels in same.values() if len(labels) > 1]
 
 
 # --- report.md ------------------------------------------------------------------------------------------------
@@ -478,6 +519,9 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     if fell_back:
         notes.append(f"{len(fell_back)} run(s) had decodes that FELL BACK to least squares (not exact: residual above "
                      "tol; iterations in brackets): " + ", ".join(fell_back))
+    for labels in identical_schemes(runs):
+        notes.append(f"{' and '.join(labels)} are the SAME scheme here: identical records (times, losses, gradient "
+                     "errors, work, messages) on every seed and delay model")
     diverged = [f"{r['run_id']} ({r['diverged'].removeprefix('diverged: ')})" for r in rows if r.get("diverged")]
     if diverged:
         notes.append(f"{len(diverged)} run(s) DIVERGED (their times compare nothing): " + "; ".join(diverged))
@@ -492,6 +536,10 @@ def render(folder: Path, info: dict, runs: list[RunData], rows: list[dict], plot
     cross = mpi_vs_sim(rows)
     why = next((n for n in info.get("notes", []) if n.startswith("MPI runs skipped")), None)
     out += cross if cross else ["MPI runs are not part of this comparison" + (f" ({why})" if why else "") + "."]
+    by_host = hosts_section(runs)
+    if by_host:
+        out += ["", "## Hosts (MPI)", "", "Response time: plan received to message arrived at the master (a worker's "
+                "mean over the iterations it answered; a host's over its workers), model units.", ""] + by_host
     drawn = [line for p in plots for line in (f"![{p}](plots/{p})", figure_reading(p, rows, target), "")] \
         if plots is not None else ["Not drawn (a cell of a sweep); `gradcode report FOLDER` draws them.", ""]
     out += ["", "## Plots", ""] + drawn
@@ -526,7 +574,13 @@ def build_report(folder: str | Path, figures: bool = True) -> Path:
 
 
 def report_main(args) -> int:
-    """``gradcode report FOLDER``."""
+    """``gradcode report FOLDER``: a comparison's folder, or one run's (``gradcode run``, ``gradcode simulate``)."""
+    from .run_report import build_run_report, is_run_folder
+
+    if is_run_folder(Path(args.folder)):
+        path = build_run_report(args.folder)
+        print(f"wrote {path}, {path.with_suffix('.html')} and {path.parent / 'plots' / 'timeline.png'}")
+        return 0
     path = build_report(args.folder)
     print(f"wrote {path}, {path.with_suffix('.html')}, {path.parent / 'summary.csv'}, "
           f"{path.parent / 'summary.json'} and plots/")

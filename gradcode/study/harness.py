@@ -288,8 +288,9 @@ def is_complete(folder: Path, run: RunPlan) -> bool:
     return (marker(folder) or {}).get("fingerprint") == run.digest() and run_problem(folder)[1] is None
 
 
-def execute(run: RunPlan, runs_dir: Path) -> bool:
-    """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there; ``True`` if it ran now.
+def execute(run: RunPlan, runs_dir: Path, hostfile: str | None = None) -> bool:
+    """Run ``run`` into ``runs_dir/<run id>`` unless it is complete there (an MPI run on the hosts of ``hostfile``,
+    if given); ``True`` if it ran now.
 
     The folder is locked for the whole run (:class:`gradcode.plumbing.outdir.FolderLock`): a second process that would
     write it at the same time (a resume racing a run still going) gets an error naming the pid instead.
@@ -302,7 +303,7 @@ def execute(run: RunPlan, runs_dir: Path) -> bool:
         (folder / "spec.json").write_text(json.dumps(run.spec, indent=2) + "\n")
         (folder / "spec.toml").write_text(tomli_w.dumps(run.spec))
         (folder / "run.json").write_text(json.dumps(run.meta, indent=2) + "\n")
-        count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder, lock)
+        count = _run_sim(run, folder) if run.cluster == "sim" else _run_mpi(run, folder, lock, hostfile)
         write_whole(folder / COMPLETE, json.dumps({"fingerprint": run.digest(), "records": count}) + "\n")
     return True
 
@@ -328,11 +329,11 @@ def _run_sim(run: RunPlan, folder: Path) -> int:
     return len(result.records)
 
 
-def _run_mpi(run: RunPlan, folder: Path, lock: FolderLock) -> int:
+def _run_mpi(run: RunPlan, folder: Path, lock: FolderLock, hostfile: str | None = None) -> int:
     # `gradcode run` kills the mpiexec job itself after --timeout (exit 124), ranks included; it is started in its
     # own process group with a parent-death signal (gradcode.plumbing.children), and holds the folder's lock with us
     cmd = [sys.executable, "-m", "gradcode", "run", str(folder / "spec.toml"), "--out", str(folder),
-           "--timeout", str(MPI_TIMEOUT)]
+           "--timeout", str(MPI_TIMEOUT)] + (["--hostfile", hostfile] if hostfile else [])
     # the run's spec lives in its results folder: user modules are found through the experiment spec's folder
     env = lock.child_env({**os.environ, "PYTHONPATH": pythonpath()})
     with open(folder / "mpi.log", "w") as log:
@@ -441,9 +442,11 @@ def other_spec(path: Path, raw: dict, differs: str) -> str | None:
 
 def compare(source: str | Path | dict | None = None, out: str | Path = "results/default", *, quick: bool = False,
             cluster: str | None = None, progress: bool = True, mpi: tuple[bool, str] | None = None,
-            replace: bool = False, overrides: dict[str, Any] | None = None, figures: bool = True) -> Path:
+            replace: bool = False, overrides: dict[str, Any] | None = None, figures: bool = True,
+            hostfile: str | Path | None = None) -> Path:
     """Run every run of an experiment that is not complete yet, then write the summary, report and plots
-    (``figures=False``: no plots, as for the cells of a sweep; ``overrides``: ``--iterations`` / ``--seeds``).
+    (``figures=False``: no plots, as for the cells of a sweep; ``overrides``: ``--iterations`` / ``--seeds``;
+    ``hostfile``: the MPI runs' hosts, as ``gradcode run --hostfile``).
 
     Everything is checked before any run starts: the spec (MPI rules included), that ``out`` can be written and
     holds no other experiment (``replace``: delete it, :func:`claim`), and that no other process writes it.
@@ -451,6 +454,7 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
     from ..output.report import build_report
 
     exp = load_experiment(source, quick=quick, cluster=cluster, mpi=mpi, overrides=overrides)
+    hostfile = _checked_hostfile(hostfile, exp)
     out = writable_folder(out)
     text = None
     if source is None or isinstance(source, (str, Path)):
@@ -458,7 +462,7 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
     with FolderLock(out):
         claim(out, exp, replace)
         write_experiment(exp, out, text)
-        failures = _execute_all(exp, out / "runs", progress)
+        failures = _execute_all(exp, out / "runs", progress, hostfile)
         if failures:
             exp.notes += [f"run failed: {msg}" for msg in failures]
             write_experiment(exp, out, None)
@@ -472,7 +476,19 @@ def compare(source: str | Path | dict | None = None, out: str | Path = "results/
     return out
 
 
-def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
+def _checked_hostfile(hostfile: str | Path | None, exp: Experiment) -> str | None:
+    """The hostfile as an absolute path (the MPI runs start in their own folders), checked before any run."""
+    if hostfile is None:
+        return None
+    from mpi_runtime.launch import check_hostfile
+
+    check_hostfile(str(hostfile))
+    if not any(run.cluster == "mpi" for run in exp.runs):
+        raise ConfigError(f"--hostfile {hostfile}: this comparison has no MPI run; give --cluster mpi or both")
+    return str(Path(hostfile).resolve())
+
+
+def _execute_all(exp: Experiment, runs_dir: Path, progress: bool, hostfile: str | None = None) -> list[str]:
     from ..plumbing.progress import progress_bar
 
     done = sum(is_complete(runs_dir / r.run_id, r) for r in exp.runs)
@@ -481,7 +497,7 @@ def _execute_all(exp: Experiment, runs_dir: Path, progress: bool) -> list[str]:
         for run in exp.runs:
             bar.set_postfix_str(run.run_id[:60])
             try:
-                if execute(run, runs_dir):
+                if execute(run, runs_dir, hostfile):
                     bar.update(1)
             except HarnessError as err:
                 failures.append(str(err))
@@ -500,7 +516,7 @@ def compare_main(args) -> int:
     name = Path(args.spec).stem if args.spec else "default"
     out = Path(args.out) if args.out else Path("results") / name
     out = compare(args.spec, out, quick=args.quick, cluster=args.cluster, replace=args.replace,
-                  overrides=run_overrides(args))
+                  overrides=run_overrides(args), hostfile=args.hostfile)
     info = json.loads((out / "experiment.json").read_text())
     for note in info["notes"]:
         print(f"note: {note}", file=sys.stderr)

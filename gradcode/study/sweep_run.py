@@ -346,11 +346,16 @@ FIGURE_READINGS = {REGIME_MAP: "the winner of each cell by time to target (a col
                                 "right is faster, lower is less work"}
 
 
+LINES_READING = ("each scheme's time to target (mean iteration time where none reached it) against the swept value, "
+                 "one line per scheme with its 95% CI band; lower is better")
+
+
 def _figure_reading(name: str, rows: list[dict], grid) -> str:
     """The one-line reading under a sweep figure: how to read it; under the regime map, the regime map's reading."""
     from ..output import regimes
 
-    text = "Reading: " + FIGURE_READINGS.get(name, name) + "."
+    text = "Reading: " + (LINES_READING if name == REGIME_MAP and len(grid.paths) < 2   # no map: one line a scheme
+                          else FIGURE_READINGS.get(name, name)) + "."
     if name == REGIME_MAP:
         text += " " + regimes._reading(regimes.winners(rows, grid.paths), grid.paths, "time_to_target")
     return text
