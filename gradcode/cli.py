@@ -284,5 +284,5 @@ def _imported(path: str):
 
 _COMMANDS = {"demo": _demo, "list": _list, "describe": _describe, "simulate": _simulate, "run": _run,
              "compare": _imported(".study.harness:compare_main"), "sweep": _imported(".study.sweep_run:sweep_main"),
-             "trace": _trace, "report": _imported(".output.report:report_main"), "cluster": _cluster,
+             "trace": _trace, "report": _imported(".output.run_report:report_main"), "cluster": _cluster,
              "advise": _imported(".study.advise:advise_main")}

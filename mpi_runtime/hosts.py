@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from gradcode.output.run_report import HOSTS_FILE
+from gradcode.clusters.run_view import HOSTS_FILE
 
 from . import protocol as P
 from .protocol import RunFailure

@@ -234,10 +234,9 @@ def summary_lines(out: Path, code: int) -> list[str]:
         s = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return [f"gradcode run: the job ended with exit status {code} and wrote no {out / 'summary.json'}"]
-    from gradcode.output.report import read_records
-    from gradcode.output.run_report import read_hosts, scheme_text, slowest_lines
+    from gradcode.clusters.run_view import read_hosts, read_jsonl, scheme_text, slowest_lines
 
-    records = read_records(out / "records.jsonl")[0]
+    records = read_jsonl(out / "records.jsonl")
     scale = s.get("time_scale") or 1.0
     lines = [f"gradcode run: {scheme_text(s, records)}, {s.get('iterations', 0)} iterations on MPI"]
     mean = s.get("mean_iteration_time")

@@ -12,7 +12,8 @@ import pytest
 
 from gradcode.errors import ConfigError
 from gradcode.output.plots import PLOTS
-from gradcode.output.report import build_report, mean_ci, read_records, report_main
+from gradcode.output.report import build_report, mean_ci, read_records
+from gradcode.output.run_report import report_main
 from gradcode.study.harness import compare
 
 SPEC = {
@@ -198,7 +199,7 @@ def test_gradient_error_beside_the_residual_and_identical_schemes_flagged(tmp_pa
 
 def test_slowest_workers_and_hosts_of_a_run():
     """Response time = arrived - plan received, over the iterations a worker answered; hosts gather their workers."""
-    from gradcode.output.run_report import per_host, per_worker, scheme_text, slowest_lines
+    from gradcode.clusters.run_view import per_host, per_worker, scheme_text, slowest_lines
 
     records = [{"scheme": "coded", "code": "cyclic_mds", "s": 1, "worker_plan_received": [0.0, 0.0, 0.0, 0.0],
                 "worker_arrived": [1.0, 2.0, 5.0, None]},
@@ -218,8 +219,7 @@ def test_slowest_workers_and_hosts_of_a_run():
 
 def test_a_comparisons_mpi_runs_by_host(tmp_path):
     """The report's per-host table reads each MPI run's hosts.json; a run without one (simulated) adds nothing."""
-    from gradcode.output.report import RunData
-    from gradcode.output.run_report import hosts_section
+    from gradcode.output.report import RunData, hosts_section
 
     records = [{"worker_plan_received": [0.0, 0.0], "worker_arrived": [1.0, 3.0]}]
     (tmp_path / "mpi").mkdir()

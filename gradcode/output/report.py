@@ -51,12 +51,12 @@ from typing import Any
 import numpy as np
 
 from ..clusters.records import iteration_durations, summarize
+from ..clusters.run_view import per_host, per_worker, read_hosts, worker_span
 from ..errors import ConfigError
 from ..network import describe_network
 from ..plumbing.registry import SCHEMES
 from .numfmt import fmt_ci, fmt_value
 from .report_html import write_html
-from .run_report import hosts_section
 
 COLUMNS = ["scheme", "delay", "seed", "cluster", "status", "iterations", "mean_iteration_time",
            "p50_iteration_time", "p95_iteration_time", "total_time", "ideal_total_time", "overhead_ratio",
@@ -573,15 +573,21 @@ def build_report(folder: str | Path, figures: bool = True) -> Path:
     return folder / "report.md"
 
 
-def report_main(args) -> int:
-    """``gradcode report FOLDER``: a comparison's folder, or one run's (``gradcode run``, ``gradcode simulate``)."""
-    from .run_report import build_run_report, is_run_folder
-
-    if is_run_folder(Path(args.folder)):
-        path = build_run_report(args.folder)
-        print(f"wrote {path}, {path.with_suffix('.html')} and {path.parent / 'plots' / 'timeline.png'}")
-        return 0
-    path = build_report(args.folder)
-    print(f"wrote {path}, {path.with_suffix('.html')}, {path.parent / 'summary.csv'}, "
-          f"{path.parent / 'summary.json'} and plots/")
-    return 0
+def hosts_section(runs: list) -> list[str]:
+    """A comparison's MPI runs by host (runs with a ``hosts.json``): per scheme and host, its workers, their mean
+    response time and the share of their messages that arrived, averaged over the seeds and delay models."""
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for run in runs:
+        hosts = read_hosts(run.folder)
+        if hosts:
+            for h in per_host(per_worker(run.records), hosts):
+                cells.setdefault((run.meta["scheme"], h["host"]), []).append(h)
+    if not cells:
+        return []
+    lines = ["| scheme | host | workers | mean response | answered | runs |", "|---|---|---|---|---|---|"]
+    for (scheme, host), hs in cells.items():
+        means = [h["mean_response"] for h in hs if h["mean_response"] is not None]
+        lines.append(f"| {scheme} | {host} | {worker_span(hs[0]['workers'])} | "
+                     f"{fmt_value(float(np.mean(means))) if means else '-'} | "
+                     f"{np.mean([h['answered'] for h in hs]):.0%} | {len(hs)} |")
+    return lines
