@@ -219,12 +219,16 @@ def test_remote_rank_killed_is_named_with_host(cluster, tmp_path):
         proc.stderr
 
 
+@pytest.mark.xfail(strict=True,
+                   reason="a known bug (docs/mpi.md, issue 39): with the hosts' traffic on their links (TCP), rank 0's "
+                          "next send to the killed remote worker segfaults inside MPICH's UCX (MPI_Isend to a failed "
+                          "peer), and the workers on the other hosts then wait for a master that is gone")
 def test_remote_worker_killed_is_survived(cluster, tmp_path):
     """kill -9 of the worker on host 2 under fastest_k (k = 2 of 4): rank 0 cannot see a remote process, so the
     dead worker is a straggler that never answers; the run records every iteration, names it at shutdown (after
-    grace) and exits 0."""
+    grace) and exits 0. What should happen; strict xfail while it does not, so the fix turns it red."""
     spec = mpi_spec({"name": "fastest_k", "k": 2}, iterations=10, grace=2.0)
-    proc, out = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3:kill"}, timeout=60)
+    proc, out = _run(cluster, spec, tmp_path, env_extra={"GRADCODE_TEST_CRASH": "4:3:kill"}, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert re.search(rf"gradcode: rank 4 \(process \d+\) on host {cluster.names[2]} ended on signal 9", proc.stderr)
     assert len(read_whole_records(out)) == 10
