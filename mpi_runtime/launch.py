@@ -234,9 +234,10 @@ def summary_lines(out: Path, code: int) -> list[str]:
         s = json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return [f"gradcode run: the job ended with exit status {code} and wrote no {out / 'summary.json'}"]
-    from gradcode.clusters.run_view import read_hosts, read_jsonl, scheme_text, slowest_lines
+    from gradcode.clusters.records import read_records
+    from gradcode.clusters.run_view import read_hosts, scheme_text, slowest_lines
 
-    records = read_jsonl(out / "records.jsonl")
+    records = read_records(out / "records.jsonl")[0]
     scale = s.get("time_scale") or 1.0
     lines = [f"gradcode run: {scheme_text(s, records)}, {s.get('iterations', 0)} iterations on MPI"]
     mean = s.get("mean_iteration_time")

@@ -369,3 +369,47 @@ def overhead_ratios(records: list[dict[str, Any]], durations: np.ndarray, resolu
                                       "(zero injected delay, or natural timing) or below the cluster's resolution "
                                       f"({floor:.3g} time units): no ratio for them")
     return out
+
+
+RECORD_NUMBERS = ("start", "end", "ideal_end", "computed", "wasted", "messages")
+
+
+def read_records(path: Path) -> tuple[list[dict], bool]:
+    """The records of ``records.jsonl``, and whether every line was whole: a line that is not JSON (cut short,
+    binary garbage) or not a record (not an object with the numbers a summary needs) is dropped."""
+    if not path.is_file():
+        return [], False
+    records, whole = [], True
+    for line in path.read_text(errors="replace").splitlines():   # undecodable bytes: that line is damaged
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if _is_record(rec):
+            records.append(rec)
+        else:
+            whole = False
+    return records, whole
+
+
+def _is_record(rec) -> bool:
+    return (isinstance(rec, dict) and isinstance(rec.get("scheme"), str)
+            and all(_is_number(rec.get(key)) for key in RECORD_NUMBERS)
+            and all(rec.get(key) is None or _is_number(rec[key]) for key in ("loss", "residual", "grad_error"))
+            and _are_responders(rec.get("responders"))
+            and (_is_number(rec.get("load")) or isinstance(rec.get("load"), list)
+                 and all(_is_number(x) for x in rec["load"])))
+
+
+def _are_responders(x) -> bool:
+    """A list of worker indices, or the compact form of :func:`gradcode.clusters.records.compact_responders`."""
+    if isinstance(x, dict):
+        return (type(x.get("count")) is int and type(x.get("last")) is int and isinstance(x.get("stragglers"), list)
+                and all(type(i) is int for i in x["stragglers"]))
+    return isinstance(x, list) and all(type(i) is int for i in x)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)

@@ -21,19 +21,6 @@ def _num(x: float) -> str:
     return f"{x:.4g}"
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The objects of a JSON-lines file, skipping lines that are not whole (a run cut short)."""
-    out = []
-    for line in Path(path).read_text(errors="replace").splitlines() if Path(path).is_file() else []:
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
 HOSTS_FILE = "hosts.json"     # written by an MPI run's rank 0 (mpi_runtime.hosts)
 
 

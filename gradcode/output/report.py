@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clusters.records import iteration_durations, summarize
+from ..clusters.records import iteration_durations, read_records, summarize
 from ..clusters.run_view import per_host, per_worker, read_hosts, worker_span
 from ..errors import ConfigError
 from ..network import describe_network
@@ -90,28 +90,7 @@ class RunData:
 
 # --- reading --------------------------------------------------------------------------------------------------
 # what summarize and the rows read from every record, and from every run.json
-RECORD_NUMBERS = ("start", "end", "ideal_end", "computed", "wasted", "messages")
 META_KEYS = ("run_id", "scheme", "delay", "seed", "cluster", "scheme_name")
-
-
-def read_records(path: Path) -> tuple[list[dict], bool]:
-    """The records of ``records.jsonl``, and whether every line was whole: a line that is not JSON (cut short,
-    binary garbage) or not a record (not an object with the numbers a summary needs) is dropped."""
-    if not path.is_file():
-        return [], False
-    records, whole = [], True
-    for line in path.read_text(errors="replace").splitlines():   # undecodable bytes: that line is damaged
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            rec = None
-        if _is_record(rec):
-            records.append(rec)
-        else:
-            whole = False
-    return records, whole
 
 
 def marker(run_dir: Path) -> dict[str, Any] | None:
@@ -136,27 +115,6 @@ def run_problem(run_dir: Path) -> tuple[list[dict], str | None]:
     if done["records"] != len(records):
         return records, f"its completion marker names {done['records']} records, records.jsonl holds {len(records)}"
     return records, None
-
-
-def _is_record(rec) -> bool:
-    return (isinstance(rec, dict) and isinstance(rec.get("scheme"), str)
-            and all(_is_number(rec.get(key)) for key in RECORD_NUMBERS)
-            and all(rec.get(key) is None or _is_number(rec[key]) for key in ("loss", "residual", "grad_error"))
-            and _are_responders(rec.get("responders"))
-            and (_is_number(rec.get("load")) or isinstance(rec.get("load"), list)
-                 and all(_is_number(x) for x in rec["load"])))
-
-
-def _are_responders(x) -> bool:
-    """A list of worker indices, or the compact form of :func:`gradcode.clusters.records.compact_responders`."""
-    if isinstance(x, dict):
-        return (type(x.get("count")) is int and type(x.get("last")) is int and isinstance(x.get("stragglers"), list)
-                and all(type(i) is int for i in x["stragglers"]))
-    return isinstance(x, list) and all(type(i) is int for i in x)
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def load_runs(folder: Path, skipped: list[str] | None = None) -> list[RunData]:
