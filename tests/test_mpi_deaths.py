@@ -7,6 +7,7 @@ units (100 ms), never by the wall clock's noise."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from helpers import mpi_spec, read_whole_records, run_mpi, simulate_spec
@@ -30,6 +31,8 @@ def test_simulator_predicts_the_run_a_death_leaves(tmp_path):
     spec = _spec({"name": "fastest_k", "k": 3}, die={"worker": 3, "at": 4})
     proc, out = run_mpi(spec, tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # the process really died: the shell around rank 4 saw it end on SIGKILL (its own waitpid, not the master's word)
+    assert re.search(r"gradcode: rank 4 \(process \d+\)( on host \S+)? ended on signal 9", proc.stderr), proc.stderr
     mpi, sim = read_whole_records(out), simulate_spec(spec).records
     assert len(mpi) == len(sim) == 8
     for a, b in zip(sim, mpi, strict=True):

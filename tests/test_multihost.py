@@ -303,6 +303,7 @@ def test_a_lost_link_is_a_straggler_and_the_run_ends(cluster, tmp_path):
         while not (records.exists() and records.read_text().count("\n") >= 5) and time.monotonic() < limit:
             time.sleep(0.1)
         subprocess.run([IP, "link", "set", veth, "down"], check=True)
+        assert Path(f"/sys/class/net/{veth}/operstate").read_text().strip() == "down"   # the link is really gone
         stdout, stderr = job.communicate(timeout=120)
         summary = json.loads((out / "summary.json").read_text())
         assert len(read_whole_records(out)) == 60, (job.returncode, summary, stderr[-3000:])

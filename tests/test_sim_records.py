@@ -42,8 +42,7 @@ def test_uniform_load_is_one_number_and_read_back():
 def test_per_worker_lists_are_compact_at_huge_n():
     # a sync step at n = 20,002 names the stragglers (none) and the last to arrive, not every responder (which
     # would be a 7.9 MB JSON line at n = 10^6). Per-worker lists of equal values are one number.
-    from gradcode.clusters.records import per_worker, record_responders, worker_values
-    from gradcode.clusters.records import _is_record
+    from gradcode.clusters.records import _is_record, per_worker, record_responders, worker_values
 
     n = 20_002
     res = simulate(make_scheme("sync", n=n), make_delay("exponential"), iterations=2, seed=0)
